@@ -1,0 +1,199 @@
+"""Model cards: YAML files naming the target, the draft and the decoding settings.
+
+A card is validated once, on load, into a frozen `Card`; every later step trusts it. Errors
+name the file, the field and the bad value, e.g.
+    cards/x.yaml: decoding.k: must be an integer in 1..64, got 0
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from .errors import SpecdecError
+
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "cards"
+DRAFT_KINDS = ("model", "prompt-lookup", "early-exit", "toy", "synthetic")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
+MAX_K = 64  # beyond this a verify forward is mostly wasted work; almost surely a typo
+MAX_TOKENS = 1_000_000
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    kind: str
+    model: str | None = None  # kind model: a model reference
+    layers: int | None = None  # kind early-exit: how many target layers the draft runs
+    max_ngram: int = 3  # kind prompt-lookup: longest n-gram matched (then shorter ones)
+    min_ngram: int = 1
+    agree: float | None = None  # kinds toy, synthetic: per-token agreement with the target
+    seed: int = 0  # kinds toy, synthetic: reproducible agreement draws
+
+    def label(self) -> str:
+        extra = {"model": self.model, "early-exit": f"layers={self.layers}",
+                 "toy": f"agree={self.agree}", "synthetic": f"agree={self.agree}"}.get(self.kind)
+        return f"{self.kind}({extra})" if extra else self.kind
+
+
+@dataclass(frozen=True)
+class Card:
+    name: str
+    path: Path
+    description: str
+    target: str
+    draft: DraftSpec
+    k: int = 4  # tokens drafted per round
+    max_tokens: int = 128  # generated tokens, at most
+    chat_template: str = "auto"  # auto = use the tokenizer's template when it has one
+    device: str = "auto"
+    dtype: str = "auto"
+    trust_remote_code: bool = False  # never on unless a card asks for it
+    revision: str | None = None
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+
+# ---------------------------------------------------------------------------- field checks
+def _int(lo: int, hi: int):
+    def check(v):
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            return f"must be an integer in {lo}..{hi}"
+    return check
+
+
+def _choice(options):
+    def check(v):
+        if v not in options:
+            return f"must be one of {', '.join(map(str, options))}"
+    return check
+
+
+def _str(v):
+    if not isinstance(v, str) or not v.strip():
+        return "must be a non-empty string"
+
+
+def _bool(v):
+    if not isinstance(v, bool):
+        return "must be true or false"
+
+
+def _prob(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1:
+        return "must be a number in [0, 1]"
+
+
+def _device(v):
+    if not isinstance(v, str) or not (v in DEVICES or (v.startswith("cuda:") and v[5:].isdigit())):
+        return "must be auto, cpu, cuda, cuda:N or mps"
+
+
+def _chat(v):
+    if v not in ("auto", True, False):
+        return "must be auto, true or false"
+
+
+TOP = {"description": _str, "target": _str, "draft": None, "decoding": None, "device": _device,
+       "dtype": _choice(DTYPE_NAMES), "trust_remote_code": _bool, "revision": _str}
+DECODING = {"k": _int(1, MAX_K), "max_tokens": _int(1, MAX_TOKENS), "chat_template": _chat}
+DRAFT = {"kind": _choice(DRAFT_KINDS), "model": _str, "layers": _int(1, 1000),
+         "max_ngram": _int(1, 16), "min_ngram": _int(1, 16), "agree": _prob, "seed": _int(0, 2**63 - 1)}
+# Which draft fields each kind takes (kind itself always); anything else is an error, not ignored.
+KIND_FIELDS = {"model": {"model"}, "prompt-lookup": {"max_ngram", "min_ngram"},
+               "early-exit": {"layers"}, "toy": {"agree", "seed"}, "synthetic": {"agree", "seed"}}
+KIND_REQUIRED = {"model": {"model"}, "early-exit": {"layers"}, "toy": {"agree"}, "synthetic": {"agree"}}
+
+
+def check(where: str, field: str, value, checker) -> None:
+    """Raise a one-line error naming where, the field and the value when `checker` objects."""
+    problem = checker(value) if checker else None
+    if problem:
+        raise SpecdecError(f"{where}: {field}: {problem}, got {value!r}")
+
+
+def _mapping(where: str, field: str, value, schema: dict) -> dict:
+    if not isinstance(value, dict):
+        raise SpecdecError(f"{where}: {field or 'card'}: must be a mapping, got {type(value).__name__} {value!r}"[:300])
+    prefix = f"{field}." if field else ""
+    for key in value:
+        if key not in schema:
+            close = difflib.get_close_matches(str(key), list(schema), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(schema)})"
+            raise SpecdecError(f"{where}: unknown field '{prefix}{key}'{hint}")
+        check(where, prefix + str(key), value[key], schema[key])
+    return value
+
+
+def draft_spec(where: str, raw, field: str = "draft") -> DraftSpec:
+    raw = _mapping(where, field, raw, DRAFT)
+    if "kind" not in raw:
+        raise SpecdecError(f"{where}: {field}.kind: missing (one of {', '.join(DRAFT_KINDS)})")
+    kind = raw["kind"]
+    for key in raw:
+        if key != "kind" and key not in KIND_FIELDS[kind]:
+            raise SpecdecError(f"{where}: {field}.{key}: not used by draft kind '{kind}', got {raw[key]!r}")
+    for key in KIND_REQUIRED.get(kind, ()):
+        if key not in raw:
+            raise SpecdecError(f"{where}: {field}.{key}: missing (required for draft kind '{kind}')")
+    spec = DraftSpec(**raw)
+    if spec.min_ngram > spec.max_ngram:
+        raise SpecdecError(f"{where}: {field}.min_ngram: must be <= max_ngram ({spec.max_ngram}), got {spec.min_ngram}")
+    return spec
+
+
+def parse_card(text: str, path: Path) -> Card:
+    where = str(path)
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecdecError(f"{where}: malformed YAML{at}: {getattr(e, 'problem', None) or e}") from None
+    if raw is None:
+        raise SpecdecError(f"{where}: card is empty")
+    raw = _mapping(where, "", raw, TOP)
+    for key in ("description", "target", "draft"):
+        if key not in raw:
+            raise SpecdecError(f"{where}: {key}: missing (a card needs description, target and draft)")
+    decoding = _mapping(where, "decoding", raw.get("decoding") or {}, DECODING)
+    top = {k: v for k, v in raw.items() if k not in ("draft", "decoding")}
+    return Card(name=path.stem, path=path, draft=draft_spec(where, raw["draft"]), **top, **decoding)
+
+
+def load_card(ref: str) -> Card:
+    """A built-in card name (cards/NAME.yaml) or a path to a YAML file."""
+    path = Path(ref).expanduser()
+    if not path.is_file():
+        if path.suffix in (".yaml", ".yml") or "/" in ref:
+            raise SpecdecError(f"card file not found: {ref}")
+        path = BUILTIN_DIR / f"{ref}.yaml"
+        if not path.is_file():
+            names = builtin_names()
+            close = difflib.get_close_matches(ref, names, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise SpecdecError(f"unknown card '{ref}': {hint}built-in cards: {', '.join(names)}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecdecError(f"{path}: cannot read card: {e}") from None
+    return parse_card(text, path.resolve())
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+
+
+def override(card: Card, **values) -> Card:
+    """Apply command-line settings (None = not given), checked like card fields."""
+    schema = {**DECODING, "device": _device, "dtype": _choice(DTYPE_NAMES)}
+    given = {k: v for k, v in values.items() if v is not None}
+    for key, value in given.items():
+        check("command line", f"--{key.replace('_', '-')}", value, schema[key])
+    return replace(card, **given)

@@ -1,0 +1,90 @@
+"""Counting: plain numbers and derived properties. Rendering lives in render.py.
+
+Conventions (as vLLM's spec-decode metrics): `tokens_per_round` includes the correction/bonus
+token; a verify round is one target forward inside the loop (prefill is not a round).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Round:
+    drafted: int  # tokens the draft proposed this round
+    accepted: int  # of those, how many the target agreed with (a leading run)
+    emitted: int  # tokens appended: accepted + 1, trimmed at EOS / max_tokens
+
+
+@dataclass
+class Stats:
+    tokens: int = 0  # tokens generated
+    verify_rounds: int = 0  # target forwards inside the loop
+    target_forwards: int = 0  # including prefill
+    draft_forwards: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    drafted_at: list[int] = field(default_factory=list)  # per draft position 1..k
+    accepted_at: list[int] = field(default_factory=list)
+    wall_s: float = 0.0  # decode time after loading, prefill included
+
+    def observe(self, r: Round) -> None:
+        self.verify_rounds += 1
+        self.target_forwards += 1
+        self.tokens += r.emitted
+        self.drafted += r.drafted
+        self.accepted += r.accepted
+        grow = r.drafted - len(self.drafted_at)
+        if grow > 0:
+            self.drafted_at += [0] * grow
+            self.accepted_at += [0] * grow
+        for i in range(r.drafted):
+            self.drafted_at[i] += 1
+            self.accepted_at[i] += i < r.accepted
+
+    @property
+    def accept_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        return self.tokens / self.verify_rounds if self.verify_rounds else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens / self.wall_s if self.wall_s > 0 else None
+
+    @property
+    def accept_by_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+
+    def as_dict(self) -> dict:
+        return {
+            "tokens": self.tokens,
+            "verify_rounds": self.verify_rounds,
+            "target_forwards": self.target_forwards,
+            "draft_forwards": self.draft_forwards,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "accept_rate": self.accept_rate,
+            "tokens_per_round": self.tokens_per_round,
+            "accept_by_position": self.accept_by_position,
+            "wall_s": self.wall_s,
+            "tokens_per_s": self.tokens_per_s,
+        }
+
+
+def speedup(greedy: Stats, spec: Stats) -> float | None:
+    """Greedy wall time / speculative wall time (same prompt, machine and run)."""
+    return greedy.wall_s / spec.wall_s if spec.wall_s > 0 else None
+
+
+def expected_tokens_per_round(a: float, k: int) -> float:
+    """Leviathan et al. 2023: E[tokens per round] = (1 - a^(k+1)) / (1 - a)."""
+    return float(k + 1) if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+
+
+def expected_speedup(a: float, k: int, c: float) -> float:
+    """Expected wall speedup when a draft step costs c target steps and a k+1-token verify
+    costs one target step: (1 - a^(k+1)) / ((1 - a)(k c + 1))."""
+    return expected_tokens_per_round(a, k) / (k * c + 1)

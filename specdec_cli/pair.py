@@ -1,0 +1,145 @@
+"""A Pair: target + draft loaded once and kept resident, serving requests one after another.
+
+Per-request state (KV caches, draft state) is created at the start of each request, so running
+requests interleaved gives the same outputs as running each alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .cards import Card, DraftSpec
+from .decoding import Result, greedy_decode, speculative_decode
+from .drafts import Draft, ModelDraft, OracleDraft, PromptLookupDraft, SyntheticDraft
+from .errors import SpecdecError
+from .metrics import speedup
+from .models import HFLM, check_vocab, early_exit, load, parse_ref, resolve_device, resolve_dtype
+from .toy import ToyLM
+
+
+@dataclass
+class Pair:
+    card: Card
+    target: object  # a model with the models.py interface
+    tokenizer: object
+    draft: Draft
+    eos: frozenset[int]
+    chat: bool  # apply the tokenizer's chat template to prompts
+    device: torch.device
+    dtype: torch.dtype
+    references: dict = field(default_factory=dict)  # prompt ids -> greedy tokens (synthetic drafts)
+
+    # -- requests -------------------------------------------------------------------------
+    def encode(self, prompt: str, max_tokens: int) -> list[int]:
+        if not prompt.strip():
+            raise SpecdecError("prompt is empty")
+        ids = self.tokenizer.encode(prompt, chat=self.chat)
+        if not ids:
+            raise SpecdecError("prompt encodes to no tokens")
+        limit = self.target.max_positions
+        if limit and len(ids) + max_tokens > limit:
+            raise SpecdecError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) exceeds the target's "
+                f"context window of {limit} tokens"
+            )
+        return ids
+
+    def greedy(self, prompt_ids: list[int], max_tokens: int) -> Result:
+        result = greedy_decode(self.target, prompt_ids, max_tokens, self.eos)
+        self.references[tuple(prompt_ids)] = result.tokens
+        return result
+
+    def spec(self, prompt_ids: list[int], k: int, max_tokens: int, draft: Draft | None = None) -> Result:
+        return speculative_decode(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos)
+
+    def reference(self, prompt_ids: list[int], max_tokens: int) -> list[int]:
+        """The target's greedy tokens for a prompt (computed once, then remembered)."""
+        ref = self.references.get(tuple(prompt_ids))
+        if ref is None or (len(ref) < max_tokens and (not ref or ref[-1] not in self.eos)):
+            ref = self.greedy(prompt_ids, max_tokens).tokens
+        return ref
+
+    def top2_margin(self, context: list[int]) -> float:
+        """The target's top-1 minus top-2 logit for the next token after `context` (full forward)."""
+        with torch.inference_mode():
+            logits = self.target.forward(torch.tensor([context], device=self.device), self.target.new_cache(), keep=1)[-1]
+        top = logits.float().topk(2).values
+        return float(top[0] - top[1])
+
+
+def eos_ids(target, tokenizer) -> frozenset[int]:
+    """The ids that end generation: the model's generation config, else the tokenizer's EOS."""
+    gen = getattr(getattr(target, "model", None), "generation_config", None)
+    ids = getattr(gen, "eos_token_id", None)
+    if ids is None:
+        ids = tokenizer.eos_token_id
+    if ids is None:
+        return frozenset()
+    return frozenset([ids] if isinstance(ids, int) else ids)
+
+
+def build_draft(spec: DraftSpec, pair: Pair) -> Draft:
+    """The one factory: a DraftSpec and a loaded target -> a draft."""
+    target, card = pair.target, pair.card
+    label = spec.label()
+    if spec.kind == "prompt-lookup":
+        return PromptLookupDraft(pair.device, spec.max_ngram, spec.min_ngram, name=label)
+    if spec.kind == "toy":
+        if not isinstance(target, ToyLM):
+            raise SpecdecError(f"{card.path}: draft.kind: 'toy' needs the toy target, got target '{card.target}'")
+        return OracleDraft(target.greedy_next, target.vocab_size, spec.agree, spec.seed, pair.device, label)
+    if spec.kind == "synthetic":
+        return SyntheticDraft(pair.references, target.vocab_size, spec.agree, spec.seed, pair.device, label)
+    if not isinstance(target, HFLM):
+        raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs a transformers target, got '{card.target}'")
+    if spec.kind == "early-exit":
+        return ModelDraft(early_exit(target, spec.layers), target.vocab_size, name=label)
+    ref = parse_ref(spec.model, card.folder)
+    model, tok = load(ref, pair.device, pair.dtype, card.trust_remote_code, None)
+    if not isinstance(model, HFLM):
+        raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
+    shared = check_vocab(pair.tokenizer, tok, card.target, spec.model)
+    return ModelDraft(model, shared, name=label)
+
+
+def load_pair(card: Card) -> Pair:
+    device = resolve_device(card.device)
+    dtype = resolve_dtype(card.dtype, device)
+    target, tokenizer = load(parse_ref(card.target, card.folder), device, dtype,
+                             card.trust_remote_code, card.revision)
+    if card.chat_template is True and not tokenizer.has_chat_template():
+        raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")
+    chat = tokenizer.has_chat_template() if card.chat_template == "auto" else card.chat_template
+    pair = Pair(card, target, tokenizer, None, eos_ids(target, tokenizer), chat, device, dtype)
+    pair.draft = build_draft(card.draft, pair)
+    return pair
+
+
+# ---------------------------------------------------------------------------- whole requests
+@dataclass
+class Generation:
+    prompt: str
+    prompt_ids: list[int]
+    k: int
+    greedy: Result | None
+    spec: Result | None
+
+    @property
+    def identical(self) -> bool | None:
+        return self.greedy.tokens == self.spec.tokens if self.greedy and self.spec else None
+
+    @property
+    def speedup(self) -> float | None:
+        return speedup(self.greedy.stats, self.spec.stats) if self.greedy and self.spec else None
+
+
+def generate(pair: Pair, prompt: str, mode: str, k: int, max_tokens: int) -> Generation:
+    """Run one prompt greedy and/or speculative (greedy first: synthetic drafts need it)."""
+    ids = pair.encode(prompt, max_tokens)
+    greedy = pair.greedy(ids, max_tokens) if mode in ("greedy", "both") else None
+    if mode != "greedy" and pair.draft.name.startswith("synthetic"):
+        pair.reference(ids, max_tokens)
+    spec = pair.spec(ids, k, max_tokens) if mode in ("spec", "both") else None
+    return Generation(prompt, ids, k, greedy, spec)
