@@ -33,11 +33,13 @@ class DraftSpec:
     min_ngram: int = 1
     agree: float | None = None  # kinds toy, synthetic: per-token agreement with the target
     seed: int = 0  # kinds toy, synthetic: reproducible agreement draws
+    adaptive: bool = False  # model, prompt-lookup, early-exit: grow/shrink the round's k (cap: k)
 
     def label(self) -> str:
         extra = {"model": self.model, "early-exit": f"layers={self.layers}",
                  "toy": f"agree={self.agree}", "synthetic": f"agree={self.agree}"}.get(self.kind)
-        return f"{self.kind}({extra})" if extra else self.kind
+        label = f"{self.kind}({extra})" if extra else self.kind
+        return label + "+adaptive" if self.adaptive else label
 
 
 @dataclass(frozen=True)
@@ -104,10 +106,10 @@ TOP = {"description": _str, "target": _str, "draft": None, "decoding": None, "de
        "dtype": _choice(DTYPE_NAMES), "trust_remote_code": _bool, "revision": _str}
 DECODING = {"k": _int(1, MAX_K), "max_tokens": _int(1, MAX_TOKENS), "chat_template": _chat}
 DRAFT = {"kind": _choice(DRAFT_KINDS), "model": _str, "layers": _int(1, 1000),
-         "max_ngram": _int(1, 16), "min_ngram": _int(1, 16), "agree": _prob, "seed": _int(0, 2**63 - 1)}
+         "max_ngram": _int(1, 16), "min_ngram": _int(1, 16), "agree": _prob, "seed": _int(0, 2**63 - 1), "adaptive": _bool}
 # Which draft fields each kind takes (kind itself always); anything else is an error, not ignored.
-KIND_FIELDS = {"model": {"model"}, "prompt-lookup": {"max_ngram", "min_ngram"},
-               "early-exit": {"layers"}, "toy": {"agree", "seed"}, "synthetic": {"agree", "seed"}}
+KIND_FIELDS = {"model": {"model", "adaptive"}, "prompt-lookup": {"max_ngram", "min_ngram", "adaptive"},
+               "early-exit": {"layers", "adaptive"}, "toy": {"agree", "seed"}, "synthetic": {"agree", "seed"}}
 KIND_REQUIRED = {"model": {"model"}, "early-exit": {"layers"}, "toy": {"agree"}, "synthetic": {"agree"}}
 
 

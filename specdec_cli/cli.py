@@ -74,7 +74,7 @@ def load(card_name: str, **overrides):
     with err.status(f"Loading {card.target} and its {card.draft.label()} draft…"):
         pair = load_pair(card)
     err.print(f"[dim]card {card.name}: target {card.target} · draft {pair.draft.name} · "
-              f"{pair.device} {str(pair.dtype).removeprefix('torch.')}[/]", highlight=False)
+              f"{pair.device} {pair.dtype_name}[/]", highlight=False)
     return pair
 
 
@@ -133,6 +133,8 @@ def generate(
         batch = None
     else:
         batch = None
+    if batch is None and not prompt.strip():
+        raise SpecdecError("prompt is empty")
     pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype)
     c = pair.card
     if batch is not None:

@@ -154,3 +154,31 @@ class SyntheticDraft(OracleDraft):
     def _oracle(self, context: list[int]) -> int:
         i = len(context) - self.start  # valid while context = prompt + reference prefix
         return self.ref[i] if i < len(self.ref) else 0
+
+
+class AdaptiveK:
+    """Wraps any draft with transformers' 'heuristic' schedule: the round's draft length grows
+    by 2 after a round where every proposed token was accepted and shrinks by 1 (to at least 1)
+    otherwise, never above the loop's k. Cheap rounds when the draft is off, long ones when on."""
+
+    def __init__(self, draft, start: int = 2):
+        self.draft, self.start = draft, start
+        self.name = f"{draft.name}+adaptive"
+
+    @property
+    def forwards(self) -> int:
+        return self.draft.forwards
+
+    def begin(self, prompt: list[int]) -> None:
+        self.limit, self.drafted = self.start, 0
+        self.draft.begin(prompt)
+
+    def propose(self, tokens: list[int], k: int) -> torch.Tensor:
+        proposal = self.draft.propose(tokens, min(k, self.limit))
+        self.drafted = proposal.shape[0]
+        return proposal
+
+    def update(self, tokens: list[int], accepted: int) -> None:
+        if self.drafted:  # a round with no proposal says nothing about the draft
+            self.limit = self.limit + 2 if accepted == self.drafted else max(1, self.limit - 1)
+        self.draft.update(tokens, accepted)

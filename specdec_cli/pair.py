@@ -6,13 +6,13 @@ requests interleaved gives the same outputs as running each alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from .cards import Card, DraftSpec
 from .decoding import Result, greedy_decode, speculative_decode
-from .drafts import Draft, ModelDraft, OracleDraft, PromptLookupDraft, SyntheticDraft
+from .drafts import AdaptiveK, Draft, ModelDraft, OracleDraft, PromptLookupDraft, SyntheticDraft
 from .errors import SpecdecError
 from .metrics import speedup
 from .models import HFLM, check_vocab, early_exit, load, parse_ref, resolve_device, resolve_dtype
@@ -30,6 +30,10 @@ class Pair:
     device: torch.device
     dtype: torch.dtype
     references: dict = field(default_factory=dict)  # prompt ids -> greedy tokens (synthetic drafts)
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
 
     # -- requests -------------------------------------------------------------------------
     def encode(self, prompt: str, max_tokens: int) -> list[int]:
@@ -82,8 +86,13 @@ def eos_ids(target, tokenizer) -> frozenset[int]:
 
 def build_draft(spec: DraftSpec, pair: Pair) -> Draft:
     """The one factory: a DraftSpec and a loaded target -> a draft."""
+    draft = _build(spec, pair)
+    return AdaptiveK(draft) if spec.adaptive else draft
+
+
+def _build(spec: DraftSpec, pair: Pair) -> Draft:
     target, card = pair.target, pair.card
-    label = spec.label()
+    label = replace(spec, adaptive=False).label()
     if spec.kind == "prompt-lookup":
         return PromptLookupDraft(pair.device, spec.max_ngram, spec.min_ngram, name=label)
     if spec.kind == "toy":

@@ -79,7 +79,7 @@ def read_prompts(path: str, stdin_text: str | None = None) -> list[Prompt]:
         if not line.strip():
             continue
         if not jsonl:
-            prompts.append(Prompt(f"line-{number}", line))
+            prompts.append(Prompt(f"line-{number}", line.replace("\\n", "\n")))  # \n escapes a newline
             continue
         try:
             obj = json.loads(line)
@@ -87,6 +87,8 @@ def read_prompts(path: str, stdin_text: str | None = None) -> list[Prompt]:
             raise SpecdecError(f"{name}: line {number}: malformed JSON: {e.msg}") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
             raise SpecdecError(f"{name}: line {number}: expected an object with a string 'prompt'")
+        if not obj["prompt"].strip():
+            raise SpecdecError(f"{name}: line {number}: prompt is empty")
         prompts.append(Prompt(str(obj.get("id", f"line-{number}")), obj["prompt"], str(obj.get("category", "custom"))))
     if not prompts:
         raise SpecdecError(f"{name}: no prompts found")

@@ -25,7 +25,7 @@ def result_json(result: Result, tokenizer, rounds: bool) -> dict:
 
 def generation_json(gen, pair) -> dict:
     out = {"card": pair.card.name, "prompt": gen.prompt, "prompt_tokens": len(gen.prompt_ids), "k": gen.k,
-           "draft": pair.draft.name, "device": str(pair.device), "dtype": str(pair.dtype).removeprefix("torch.")}
+           "draft": pair.draft.name, "device": str(pair.device), "dtype": pair.dtype_name}
     if gen.spec:
         out["spec"] = result_json(gen.spec, pair.tokenizer, rounds=True)
     if gen.greedy:

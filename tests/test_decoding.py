@@ -1,0 +1,173 @@
+"""The decode loop on the toy target and on tiny random transformers models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdec_cli.cards import DraftSpec
+from specdec_cli.decoding import greedy_decode, speculative_decode, stop
+from specdec_cli.drafts import AdaptiveK, ModelDraft, OracleDraft, PromptLookupDraft
+from specdec_cli.models import early_exit, load, parse_ref
+from specdec_cli.toy import ToyLM
+
+from .conftest import DATA
+
+NO_EOS = frozenset()
+
+
+def toy_draft(target, agree, seed=0):
+    return OracleDraft(target.greedy_next, target.vocab_size, agree, seed, target.device, "toy")
+
+
+def manual_greedy(target, prompt, n):
+    """Greedy by recomputing every prefix from scratch: no cache, no rollback."""
+    tokens = list(prompt)
+    for _ in range(n):
+        tokens.append(target.greedy_next(tokens))
+    return tokens[len(prompt):]
+
+
+@pytest.mark.parametrize("agree", [0.0, 0.3, 0.7, 1.0])
+@pytest.mark.parametrize("k", range(1, 9))
+def test_speculative_equals_greedy_on_toy(agree, k):
+    target = ToyLM(vocab=48, seed=1)
+    prompt = [5, 9, 2, 7]
+    greedy = greedy_decode(target, prompt, 120, NO_EOS)
+    spec = speculative_decode(target, toy_draft(target, agree, seed=k), prompt, k, 120, NO_EOS)
+    assert spec.tokens == greedy.tokens == manual_greedy(target, prompt, 120)
+    s = spec.stats
+    assert s.tokens == 120 == sum(r.emitted for r in spec.rounds)
+    assert s.verify_rounds == len(spec.rounds) and s.target_forwards == s.verify_rounds + 1
+    assert s.accepted <= s.drafted and all(r.accepted <= r.drafted <= k for r in spec.rounds)
+    # every round but the last emits accepted + 1 (the correction or the bonus token)
+    assert all(r.emitted == r.accepted + 1 for r in spec.rounds[:-1])
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_full_agreement_emits_k_plus_one_per_round(k):
+    target = ToyLM(vocab=64, seed=0)
+    spec = speculative_decode(target, toy_draft(target, 1.0), [3, 4], k, 100, NO_EOS)
+    assert [r.emitted for r in spec.rounds[:-1]] == [k + 1] * (len(spec.rounds) - 1)
+    assert spec.stats.accept_rate == 1.0
+    assert len(spec.rounds) == -(-100 // (k + 1))  # ceil: the last round is trimmed to max_tokens
+
+
+def test_zero_agreement_emits_one_token_per_round():
+    target = ToyLM()
+    spec = speculative_decode(target, toy_draft(target, 0.0), [1, 2, 3], 4, 50, NO_EOS)
+    assert spec.stats.accepted == 0 and spec.stats.verify_rounds == 50 and spec.stats.drafted == 4 * 46 + 3 + 2 + 1
+    # near the end the loop never drafts past max_tokens: the last rounds draft 3, 2, 1, 0
+    assert [r.drafted for r in spec.rounds[-4:]] == [3, 2, 1, 0]
+
+
+def test_agreement_raises_tokens_per_round():
+    target = ToyLM()
+    rates = []
+    for agree in (0.3, 0.7, 1.0):
+        s = speculative_decode(target, toy_draft(target, agree), [1, 2], 4, 300, NO_EOS).stats
+        rates.append(s.tokens_per_round)
+    assert rates[0] < rates[1] < rates[2] == 300 / 60
+
+
+def first_eos_prompt(target, eos=0, limit=40):
+    """A prompt whose greedy continuation hits EOS within `limit` tokens, and where."""
+    for a in range(1, 60):
+        prompt = [a, a + 1]
+        out = manual_greedy(target, prompt, limit)
+        if eos in out:
+            return prompt, out.index(eos)
+    raise AssertionError("no prompt reaches EOS")
+
+
+@pytest.mark.parametrize("agree", [0.0, 0.5, 1.0])
+def test_eos_is_emitted_and_ends_generation(agree):
+    target = ToyLM(vocab=16, seed=3)
+    prompt, at = first_eos_prompt(target)
+    greedy = greedy_decode(target, prompt, 100, frozenset([0]))
+    spec = speculative_decode(target, toy_draft(target, agree), prompt, 6, 100, frozenset([0]))
+    assert greedy.tokens == spec.tokens == manual_greedy(target, prompt, at + 1)
+    assert spec.tokens[-1] == 0 and 0 not in spec.tokens[:-1]
+
+
+def test_max_tokens_is_exact_and_eos_at_the_limit_counts():
+    target = ToyLM(vocab=16, seed=3)
+    prompt, at = first_eos_prompt(target)
+    for n in (1, at, at + 1):
+        spec = speculative_decode(target, toy_draft(target, 1.0), prompt, 8, n, frozenset([0]))
+        assert spec.tokens == manual_greedy(target, prompt, min(n, at + 1))
+        assert len(spec.tokens) == n
+
+
+def test_one_token_prompt_and_max_tokens_one():
+    target = ToyLM()
+    assert speculative_decode(target, toy_draft(target, 1.0), [7], 4, 1, NO_EOS).tokens == manual_greedy(target, [7], 1)
+    assert greedy_decode(target, [7], 5, NO_EOS).tokens == manual_greedy(target, [7], 5)
+
+
+def test_stop_rule():
+    assert stop([1, 2, 3], 0, 10, frozenset([2])) == ([1, 2], True)
+    assert stop([1, 2, 3], 8, 10, NO_EOS) == ([1, 2], True)
+    assert stop([1, 2], 0, 10, NO_EOS) == ([1, 2], False)
+    assert stop([5, 2], 9, 10, frozenset([2])) == ([5], True)
+
+
+def test_prompt_lookup_proposes_the_continuation_of_the_latest_match():
+    draft = PromptLookupDraft(torch.device("cpu"), max_ngram=3)
+    assert draft.lookup([1, 2, 3, 9, 1, 2, 3, 8, 5, 1, 2, 3], 3) == [8, 5, 1]
+    assert draft.lookup([4, 5, 6, 4], 2) == [5, 6]  # falls back to a 1-gram
+    assert draft.lookup([1, 2, 3], 4) == []
+
+
+def test_prompt_lookup_is_exact_on_toy():
+    target = ToyLM(vocab=8, seed=2)  # small vocab: plenty of repeats to look up
+    prompt = [1, 2, 3, 4, 1, 2, 3]
+    greedy = greedy_decode(target, prompt, 200, NO_EOS)
+    spec = speculative_decode(target, PromptLookupDraft(target.device), prompt, 5, 200, NO_EOS)
+    assert spec.tokens == greedy.tokens and spec.stats.accepted > 0
+
+
+def test_adaptive_k_grows_after_full_accepts_and_stays_exact():
+    target = ToyLM()
+    draft = AdaptiveK(toy_draft(target, 1.0), start=1)
+    spec = speculative_decode(target, draft, [1, 2], 8, 60, NO_EOS)
+    assert [r.drafted for r in spec.rounds[:5]] == [1, 3, 5, 7, 8]
+    assert spec.tokens == manual_greedy(target, [1, 2], 60)
+
+
+# ---------------------------------------------------------------- tiny random transformers models
+def random_lm(config: str):
+    return load(parse_ref(f"random:{config}", DATA), torch.device("cpu"), torch.float32)
+
+
+def hf_generate(lm, prompt, n):
+    out = lm.model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                            eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("config", ["tiny-mistral-swa.json", str(Path(__file__).parents[1] / "cards/configs/tiny-llama.json")])
+def test_random_model_spec_equals_transformers_generate(config):
+    """Sliding-window (window 8, 40 tokens) and plain caches: rollback stays exact."""
+    target, _ = random_lm(config)
+    prompt = list(range(3, 15))
+    reference = hf_generate(target, prompt, 40)
+    assert greedy_decode(target, prompt, 40, NO_EOS).tokens == reference
+    same, _ = random_lm(config)  # same config + seed = same weights: the draft always agrees
+    spec = speculative_decode(target, ModelDraft(same, target.vocab_size), prompt, 3, 40, NO_EOS)
+    assert spec.tokens == reference and spec.stats.accept_rate == 1.0
+    assert spec.stats.draft_forwards > 0 and spec.stats.tokens_per_round == 4
+    layers = len(target.model.get_decoder().layers)
+    shallow = ModelDraft(early_exit(target, layers - 1), target.vocab_size)
+    for k in (1, 2, 5):
+        assert speculative_decode(target, shallow, prompt, k, 40, NO_EOS).tokens == reference
+
+
+def test_early_exit_shares_weights_and_leaves_the_target_whole():
+    target, _ = random_lm("tiny-mistral-swa.json")
+    view = early_exit(target, 1)
+    assert len(view.model.get_decoder().layers) == 1 and len(target.model.get_decoder().layers) == 3
+    assert view.model.lm_head.weight is target.model.lm_head.weight
+    assert target.config.num_hidden_layers == 3 and view.config.num_hidden_layers == 1
