@@ -1,0 +1,33 @@
+"""Output files are written atomically: a temp file in the same folder, then a rename."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from .errors import SpecdecError
+
+
+def write_atomic(path: str | Path, write: Callable[[Path], None], what: str = "output") -> Path:
+    """Call `write(tmp_path)` and rename the result over `path`: readers never see half a file.
+    Refuses a directory; a failure leaves any old file untouched and no temp file behind."""
+    path = Path(path)
+    if path.is_dir():
+        raise SpecdecError(f"{what} file {path} is a directory; give a file name")
+    if not path.parent.exists():
+        raise SpecdecError(f"{what} file {path}: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: str | Path, text: str, what: str = "output") -> Path:
+    return write_atomic(path, lambda p: p.write_text(text, encoding="utf-8"), what)
