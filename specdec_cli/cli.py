@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typer.core import TyperCommand
 
-from .cards import MAX_K, builtin_names, check, load_card, override, _int
+from .cards import MAX_K, builtin_names, check, load_card, override, _int, _prob
 from .errors import SpecdecError
 
 DEFAULT_CARD = "smollm2"
@@ -51,14 +55,14 @@ def read_stdin() -> str | None:
     return text if text.strip() else None
 
 
-def parse_ks(text: str) -> list[int]:
+def parse_ks(text: str, option: str = "-k") -> list[int]:
     ks = []
     for item in text.split(","):
         try:
             value = int(item)
         except ValueError:
-            raise SpecdecError(f"command line: -k: expected integers separated by commas, got {text!r}") from None
-        check("command line", "-k", value, _int(1, MAX_K))
+            raise SpecdecError(f"command line: {option}: expected integers separated by commas, got {text!r}") from None
+        check("command line", option, value, _int(1, MAX_K))
         ks.append(value)
     return ks
 
@@ -211,6 +215,237 @@ def verify_exactness(
         out.print(verify_table(checks, f"card {pair.card.name}: speculative vs greedy, {len(items)} prompts"))
     summary = f"{len(checks) - len(failed)}/{len(checks)} identical"
     err.print(("[green]" if not failed else "[red]") + summary + "[/]")
+    if failed:
+        raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------------------- bench
+AGREE_SWEEP = "0.3,0.5,0.7,0.9,1.0"  # --agree-sweep given bare
+K_SWEEP = "1,2,3,4,6,8"  # --k-sweep given bare
+
+
+class _BareLists(TyperCommand):
+    """Lets `--agree-sweep` and `--k-sweep` be given bare: then they take their default list."""
+
+    BARE = {"--agree-sweep": AGREE_SWEEP, "--k-sweep": K_SWEEP}
+
+    def parse_args(self, ctx, args):
+        fixed = []
+        for i, arg in enumerate(args):
+            fixed.append(arg)
+            following = args[i + 1] if i + 1 < len(args) else None
+            is_value = following is not None and (not following.startswith("-") or following[1:2] in tuple("0123456789."))
+            if arg in self.BARE and not is_value:
+                fixed.append(self.BARE[arg])
+        return super().parse_args(ctx, fixed)
+
+
+def parse_agrees(text: str) -> list[float]:
+    values = []
+    for item in text.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            raise SpecdecError(f"command line: --agree-sweep: expected numbers in [0, 1] separated by commas, got {text!r}") from None
+        check("command line", "--agree-sweep", value, _prob)
+        values.append(value)
+    return values
+
+
+def check_unique(option: str, values: list) -> None:
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise SpecdecError(f"command line: {option}: {', '.join(map(str, repeated))} given more than once")
+
+
+def check_output_file(option: str, path: str, suffixes: tuple[str, ...] = ()) -> None:
+    """Fail before a long run, not after it: a directory, a missing folder or a bad suffix."""
+    p = Path(path).expanduser()
+    if p.is_dir() or path.endswith(("/", "\\")):
+        raise SpecdecError(f"command line: {option}: {path} is a directory; give a file name")
+    if not p.parent.exists():
+        raise SpecdecError(f"command line: {option}: folder {p.parent} does not exist")
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise SpecdecError(f"command line: {option}: file name must end in {', '.join(suffixes)}, got {path!r}")
+
+
+def show_table(console: Console, table) -> None:
+    """On a terminal Rich fits the table to the window; in a file or pipe print it at its
+    natural width instead of cutting every cell down to 80 columns."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    natural = console.measure(table, options=console.options.update_width(10_000)).maximum
+    Console(file=console.file, width=max(console.width, natural)).print(table)
+
+
+def first_per_category(items: list, limit: int) -> list:
+    seen: dict[str, int] = {}
+    kept = []
+    for item in items:
+        seen[item.category] = seen.get(item.category, 0) + 1
+        if seen[item.category] <= limit:
+            kept.append(item)
+    return kept
+
+
+@app.command(cls=_BareLists)
+@friendly
+def bench(
+    card: str = CARD,
+    k: Optional[int] = typer.Option(None, "-k", "--k", help="Draft tokens per round (overrides the card)."),
+    max_tokens: Optional[int] = MAX_TOKENS,
+    repeats: int = typer.Option(3, "--repeats", "-r", help="Timed runs per prompt and mode after the warm-up; the median is reported."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N prompts of each category (quick runs)."),
+    prompts_file: Optional[str] = PROMPTS_FILE,
+    agree_sweep: Optional[str] = typer.Option(
+        None, "--agree-sweep", metavar="[A,...]",
+        help=f"Replace the card's draft by the synthetic draft at each agreement a (bare: {AGREE_SWEEP}); the card's draft is an extra row."),
+    k_sweep: Optional[str] = typer.Option(None, "--k-sweep", metavar="[K,...]", help=f"Run every configuration at each k (bare: {K_SWEEP})."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the synthetic draft's agreement draws (default 0; needs --agree-sweep)."),
+    draft_cost: Optional[float] = typer.Option(
+        None, "--draft-cost", help="SIMULATED draft cost for the synthetic draft: sleep C target steps per drafted token (labelled 'sim')."),
+    vs_transformers: bool = typer.Option(
+        False, "--vs-transformers", help="Also run transformers' generate (greedy, and assisted with the card's draft at fixed k) on the same prompts."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Write the sweep plot (.png, .svg or .pdf); needs --agree-sweep or --k-sweep."),
+    csv_file: Optional[str] = typer.Option(None, "--csv", help="Write every row (per prompt, category, overall) as CSV."),
+    as_json: bool = JSON,
+    device: Optional[str] = DEVICE,
+    dtype: Optional[str] = DTYPE,
+):
+    """Time plain greedy against speculative decoding on a prompt suite, in one run.
+
+    Warm-up first, then --repeats timed runs per prompt and mode (median reported). Every
+    speculative output is checked against its greedy one: exit 1 on any difference.
+
+    Examples:
+
+        specdec bench --limit 1 -n 64
+
+        specdec bench --agree-sweep --plot sweep.png
+
+        specdec bench --agree-sweep 0.5,1.0 --k-sweep 2,4,8 --json > sweep.jsonl
+
+        specdec bench --vs-transformers --csv bench.csv
+    """
+    from .files import write_text_atomic
+    from .prompts import SUITE, read_prompts
+
+    agrees = parse_agrees(agree_sweep) if agree_sweep is not None else None
+    ks = parse_ks(k_sweep, "--k-sweep") if k_sweep is not None else None
+    check_unique("--agree-sweep", agrees or [])
+    check_unique("--k-sweep", ks or [])
+    if k is not None and ks:
+        raise SpecdecError("command line: give -k or --k-sweep, not both")
+    check("command line", "--repeats", repeats, _int(1, 1000))
+    if limit is not None:
+        check("command line", "--limit", limit, _int(1, 1_000_000))
+    if seed is not None and agrees is None:
+        raise SpecdecError("command line: --seed: only the synthetic draft of --agree-sweep uses a seed")
+    if seed is not None:
+        check("command line", "--seed", seed, _int(0, 2**63 - 1))
+    if draft_cost is not None:
+        if agrees is None:
+            raise SpecdecError("command line: --draft-cost: simulates the synthetic draft's cost; needs --agree-sweep")
+        if not 0 <= draft_cost <= 100:
+            raise SpecdecError(f"command line: --draft-cost: must be a number of target steps in [0, 100], got {draft_cost!r}")
+    if plot is not None:
+        if agrees is None and ks is None:
+            raise SpecdecError("command line: --plot: plots a sweep; add --agree-sweep and/or --k-sweep")
+        check_output_file("--plot", plot, (".png", ".svg", ".pdf"))
+        if importlib.util.find_spec("matplotlib") is None:
+            raise SpecdecError("command line: --plot: needs matplotlib (pip install 'specdec[plot]')")
+    if csv_file is not None:
+        check_output_file("--csv", csv_file)
+    items = read_prompts(prompts_file, read_stdin() if prompts_file == "-" else None) if prompts_file else SUITE
+    if limit is not None:
+        items = first_per_category(items, limit)
+
+    from . import bench as measure
+    from .render import bench_csv, bench_json, bench_table, peer_table, sweep_table
+
+    if vs_transformers:
+        measure.check_peer(load_card(card))  # before minutes of loading
+    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype)
+
+    c = pair.card
+    peer = measure.transformers_peer(pair, c.k) if vs_transformers else None
+    configs = measure.plan(pair, ks or [c.k], agrees, seed or 0, draft_cost)
+    context = {"card": c.name, "device": str(pair.device), "dtype": pair.dtype_name, "chat": pair.chat,
+               "max_tokens": c.max_tokens, "repeats": repeats, **measure.environment()}
+    rows, interrupted = [], False
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
+        task = bar.add_task("loading prompts", total=measure.steps(len(items), configs, repeats, peer))
+        try:
+            for row in measure.run(pair, items, configs, c.max_tokens, repeats, peer,
+                                   lambda n, text: bar.update(task, advance=n, description=text)):
+                rows.append(row)
+                if as_json:
+                    emit_json(bench_json(row, context))
+        except KeyboardInterrupt:
+            interrupted = True  # show what is done, then let `friendly` report the interrupt
+    summary = measure.summarize(rows)
+    done = len({r.name for r in rows})
+    title = (f"card {c.name} · {pair.device} {pair.dtype_name} · {done} prompts · max {c.max_tokens} tokens · "
+             f"median of {repeats}" + (f" · INTERRUPTED after {done} of {len(items)} prompts" if interrupted else ""))
+    bench_rows = [r for r in summary if isinstance(r, measure.Row)]
+    peer_rows = [r for r in summary if isinstance(r, measure.PeerRow) and r.scope == "all"]
+    if as_json and not interrupted:
+        for row in summary:
+            emit_json(bench_json(row, context))
+    elif not as_json:
+        out.print(title, highlight=False, markup=False)
+        if agrees is None and ks is None:
+            show_table(out, bench_table(bench_rows, f"Greedy vs speculative: {pair.draft.name}, k={c.k}"))
+        else:
+            show_table(out, sweep_table([r for r in bench_rows if r.scope == "all"], "Sweep: measured beside the theory"))
+        if peer_rows:
+            show_table(out, peer_table(peer_rows, "specdec vs transformers' generate, same prompts and process"))
+    if interrupted:
+        err.print(f"[yellow]Interrupted after {done} of {len(items)} prompts: the rows above are the finished ones[/]")
+        if csv_file or plot:
+            err.print("[yellow]--csv and --plot not written: the run was interrupted[/]")
+        raise KeyboardInterrupt
+    if csv_file:
+        write_text_atomic(csv_file, bench_csv(rows + summary, context), "--csv")
+        err.print(f"wrote {csv_file}", highlight=False)
+    if plot:
+        from .plot import sweep_plot
+
+        sweep_plot([r for r in bench_rows if r.scope == "all"], plot, f"{pair.card.target} · {title}")
+        err.print(f"wrote {plot}", highlight=False)
+    differ = [r for r in rows if isinstance(r, measure.Row) and not r.identical]
+    peers_differ = [r for r in rows if isinstance(r, measure.PeerRow) and not r.identical]
+    checked = sum(isinstance(r, measure.Row) for r in rows)
+    err.print(("[green]" if not differ else "[red]") + f"{checked - len(differ)}/{checked} speculative outputs identical to greedy[/]")
+    if peers_differ:
+        err.print(f"[red]Error: transformers' output differs from specdec's for {len(peers_differ)} prompt x mode runs[/]")
+    if differ or peers_differ:
+        raise typer.Exit(1)
+
+
+def verify_sampled(pair, items, k_list, draft_list, samples: int, positions: int, alpha: float, as_json: bool) -> None:
+    """verify-exactness at temperature > 0: one chi-square test per prompt x draft x k x 1..positions."""
+    from .render import sampling_table
+    from .verify import verify_sampling
+
+    c = pair.card
+    settings = {"temperature": c.temperature, "top_k": c.top_k, "top_p": c.top_p, "seed": c.seed}
+    checks, tests = [], len(items) * len(k_list) * len(draft_list) * positions
+    with err.status("") as status:
+        for check_ in verify_sampling(pair, items, k_list, draft_list, samples, positions, alpha, pair.generator(),
+                                      status.update):
+            checks.append(check_)
+            if as_json:
+                emit_json({**check_.as_dict(), **settings})
+    failed = [ch for ch in checks if not ch.passed]
+    if not as_json:
+        versus = "the exact distribution" if checks[0].reference == "exact" else f"plain sampling (N={samples})"
+        out.print(sampling_table(checks, f"card {c.name}: speculative sampling vs {versus} · T={c.temperature} "
+                                         f"top-k={c.top_k} top-p={c.top_p} seed={c.seed} · {len(items)} prompts"))
+    err.print(("[green]" if not failed else "[red]") + f"{len(checks) - len(failed)}/{len(checks)} tests pass "
+              f"(N={samples} each; pass: p >= {alpha}/{tests} = {alpha / tests:.2g})[/]", highlight=False)
     if failed:
         raise typer.Exit(1)
 

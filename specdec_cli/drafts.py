@@ -151,6 +151,11 @@ class SyntheticDraft(OracleDraft):
             raise SpecdecError("synthetic draft: no greedy reference for this prompt (run greedy first)", 1)
         self.start, self.ref = len(prompt), ref
 
+    def propose(self, tokens: list[int], k: int) -> torch.Tensor:
+        # Past the reference's end (its EOS) the target's choice is unknown and the request is
+        # over anyway: never propose there, so agreement 1.0 is accepted in full.
+        return super().propose(tokens, max(0, min(k, len(self.ref) - (len(tokens) - self.start))))
+
     def _oracle(self, context: list[int]) -> int:
         i = len(context) - self.start  # valid while context = prompt + reference prefix
         return self.ref[i] if i < len(self.ref) else 0

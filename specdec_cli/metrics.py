@@ -84,7 +84,8 @@ def expected_tokens_per_round(a: float, k: int) -> float:
     return float(k + 1) if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
 
 
-def expected_speedup(a: float, k: int, c: float) -> float:
+def expected_speedup(a: float, k: int, c: float, verify: float = 1.0) -> float:
     """Expected wall speedup when a draft step costs c target steps and a k+1-token verify
-    costs one target step: (1 - a^(k+1)) / ((1 - a)(k c + 1))."""
-    return expected_tokens_per_round(a, k) / (k * c + 1)
+    costs `verify` target steps (1 in the paper): (1 - a^(k+1)) / ((1 - a)(k c + verify)).
+    An upper bound in practice: it ignores the loop's own overhead (host syncs, bookkeeping)."""
+    return expected_tokens_per_round(a, k) / (k * c + verify)

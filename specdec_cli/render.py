@@ -133,3 +133,81 @@ def cards_table(cards) -> Table:
     for c in cards:
         table.add_row(c.name, c.target, c.draft.label(), c.description)
     return table
+
+
+# ---------------------------------------------------------------------------- bench
+def bench_json(row, context: dict) -> dict:
+    """One bench row (a prompt, a category or all prompts, for one configuration) as JSON."""
+    return {**context, **row.as_dict()}
+
+
+def bench_csv(rows, context: dict) -> str:
+    """Every row as CSV: the union of the rows' fields, blank where a row has none."""
+    import csv
+    import io
+
+    dicts = [bench_json(r, context) for r in rows]
+    columns = list(dict.fromkeys(key for d in dicts for key in d))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(dicts)
+    return buffer.getvalue()
+
+
+def _yes(ok: bool) -> str:
+    return "[green]yes[/]" if ok else "[red]NO[/]"
+
+
+def bench_table(rows, title: str) -> Table:
+    """Greedy vs speculative per prompt category, then over all prompts (one configuration)."""
+    table = Table(title=title, title_justify="left", caption_justify="left",
+                  caption="tok/s and speedup: median over repeats per prompt, summed over prompts; "
+                          "speedup = greedy time / speculative time for the same tokens")
+    for col in ("category", "prompts", "tokens", "accept rate", "tokens/round", "verify rounds",
+                "greedy tok/s", "spec tok/s", "speedup", "identical"):
+        table.add_column(col, justify="left" if col == "category" else "right")
+    for r in rows:
+        table.add_row(r.name if r.scope == "category" else "[bold]overall[/]", str(r.prompts), str(r.tokens),
+                      fmt(r.accept_rate, ".1%"), fmt(r.tokens_per_round), str(r.verify_rounds),
+                      fmt(r.greedy_tokens_per_s, ".1f"), fmt(r.tokens_per_s, ".1f"), f"{fmt(r.speedup)}x",
+                      _yes(r.identical), end_section=r.scope == "all")
+    return table
+
+
+def sweep_table(rows, title: str) -> Table:
+    """One row per configuration over all prompts: measured beside the theory."""
+    table = Table(title=title, title_justify="left", caption_justify="left", caption=(
+        "a set: the synthetic draft's agreement (proposes the target's greedy token with probability a). "
+        "a meas.: accepted / (accepted + rejected rounds), the per-token agreement estimate; "
+        "accept rate: accepted / drafted.\n"
+        "theory (Leviathan et al. 2023) at a set, or a meas. for the card's draft: tokens/round = "
+        "(1-a^(k+1))/(1-a); speedup bound = that / (k·c + v), v = measured (k+1)-token verify cost, "
+        "c = draft step cost (measured for model drafts, 0 when the draft makes no model call, "
+        "'sim' = simulated by --draft-cost), both in 1-token target steps."))
+    for col in ("draft", "a set", "k", "accept rate", "a meas.", "tokens/round", "verify rounds",
+                "spec tok/s", "speedup", "theory tok/round", "theory speedup ≤", "v", "c", "identical"):
+        table.add_column(col, justify="left" if col == "draft" else "right")
+    for r in rows:
+        c = f"{r.draft_cost:.2f}" + (" sim" if r.draft_cost_simulated else "")
+        table.add_row(r.draft if r.agree is None else "synthetic", fmt(r.agree) if r.agree is not None else "card",
+                      str(r.k), fmt(r.accept_rate, ".1%"), fmt(r.agreement_est), fmt(r.tokens_per_round),
+                      str(r.verify_rounds), fmt(r.tokens_per_s, ".1f"), f"{fmt(r.speedup)}x",
+                      fmt(r.theory_tokens_per_round), f"{fmt(r.theory_speedup)}x", fmt(r.verify_cost), c,
+                      _yes(r.identical))
+    return table
+
+
+def peer_table(rows, title: str) -> Table:
+    """specdec vs transformers' own generate, same prompts, same process."""
+    table = Table(title=title, title_justify="left", caption_justify="left", caption=(
+        "ratio = specdec tok/s / transformers tok/s (> 1: specdec faster); target forwards include "
+        "the prefill; identical: transformers' output == specdec's == the greedy reference"))
+    for col in ("mode", "draft", "k", "tokens", "specdec tok/s", "transformers tok/s", "ratio",
+                "target fwd specdec", "target fwd transformers", "identical"):
+        table.add_column(col, justify="left" if col in ("mode", "draft") else "right")
+    for r in rows:
+        table.add_row(r.mode, r.draft or "-", fmt(r.k, "d"), str(r.tokens), fmt(r.tokens_per_s, ".1f"),
+                      fmt(r.hf_tokens_per_s, ".1f"), f"{fmt(r.ratio)}x", str(r.target_forwards),
+                      str(r.hf_target_forwards), _yes(r.identical))
+    return table

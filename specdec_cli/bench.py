@@ -1,0 +1,443 @@
+"""Timed comparisons: plain greedy vs speculative decoding of the same prompts in one run, the
+agreement and k sweeps beside the theory, and transformers' own `generate` as a peer.
+
+Measurement only: `run()` yields rows of plain numbers as they complete (one per prompt and
+configuration), so an interrupted run can still show what it finished; `summarize()` folds
+them into category and overall rows. Tables, CSV, JSON and plots live in render.py / plot.py.
+
+How a run is timed:
+  - warm-up first (one short untimed decode of every mode), then the cost probes, then for
+    every prompt `repeats` rounds of [greedy, each configuration, transformers' peers], so
+    every mode sees the same machine conditions; the median wall time per prompt is reported;
+  - greedy is timed first in every round: it also stores the target's reference decode that
+    the synthetic draft reads, so the timed speculative runs pay nothing for it;
+  - counters (tokens, rounds, forwards) are deterministic and taken from the first repeat.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Callable, Iterator
+
+import torch
+
+from .cards import Card, DraftSpec
+from .decoding import Result
+from .drafts import AdaptiveK, Draft, ModelDraft
+from .errors import SpecdecError
+from .metrics import expected_speedup, expected_tokens_per_round
+from .models import HFLM
+from .pair import Pair, build_draft
+from .prompts import Prompt
+
+WARMUP_TOKENS = 16  # enough to touch every code path (prefill, rounds, rollback) once
+PROBE_REPEATS = 20  # timed forwards per cost probe (the fastest is kept)
+
+Progress = Callable[[int, str], None]  # (steps done since last call, what is running)
+
+
+# ---------------------------------------------------------------------------- configurations
+class SimulatedCost:
+    """Wraps a draft that makes no model call (synthetic) and sleeps `cost` target steps per
+    proposed token, to emulate a real draft's price. Labelled: its cost is simulated."""
+
+    def __init__(self, draft: Draft, cost: float):
+        self.draft, self.cost, self.step_s = draft, cost, 0.0  # step_s: set by the cost probe
+        self.name = f"{draft.name}+simulated-cost={cost:g}"
+
+    @property
+    def forwards(self) -> int:
+        return self.draft.forwards
+
+    def begin(self, prompt: list[int]) -> None:
+        self.draft.begin(prompt)
+
+    def propose(self, tokens: list[int], k: int) -> torch.Tensor:
+        proposal = self.draft.propose(tokens, k)
+        if k:
+            time.sleep(self.cost * self.step_s * k)
+        return proposal
+
+    def update(self, tokens: list[int], accepted: int) -> None:
+        self.draft.update(tokens, accepted)
+
+
+@dataclass
+class Config:
+    """One speculative configuration to time: a draft at a k."""
+
+    draft: Draft
+    k: int
+    agree: float | None = None  # the synthetic draft's agreement; None = the card's own draft
+    verify_cost: float = 0.0  # v: one (k+1)-token target forward / one 1-token step (probed)
+    draft_cost: float = 0.0  # c: one draft step / one target step (probed, or simulated)
+    simulated: bool = False  # draft_cost is --draft-cost, not a measurement
+
+
+def plan(pair: Pair, ks: list[int], agrees: list[float] | None, seed: int = 0,
+         draft_cost: float | None = None) -> list[Config]:
+    """The configurations of a run: the synthetic draft at every (agreement, k) when sweeping
+    agreement, then the card's own draft at every k (the extra row at its measured rate)."""
+    configs = []
+    for a in agrees or []:
+        for k in ks:
+            draft = build_draft(DraftSpec("synthetic", agree=a, seed=seed), pair)
+            if draft_cost is not None:
+                draft = SimulatedCost(draft, draft_cost)
+            configs.append(Config(draft, k, agree=a, draft_cost=draft_cost or 0.0, simulated=draft_cost is not None))
+    configs += [Config(pair.draft, k) for k in ks]
+    return configs
+
+
+# ---------------------------------------------------------------------------- rows
+@dataclass
+class Row:
+    """One configuration over some prompts: one prompt, a category, or all of them (`scope`)."""
+
+    scope: str  # prompt | category | all
+    name: str  # the prompt id, the category, or "all"
+    category: str
+    draft: str
+    k: int
+    agree: float | None  # synthetic agreement; None for the card's own draft
+    prompts: int
+    tokens: int
+    verify_rounds: int
+    target_forwards: int
+    draft_forwards: int
+    drafted: int
+    accepted: int
+    rejected_rounds: int  # rounds that ended at a mismatch
+    greedy_wall_s: float  # median over repeats, summed over prompts
+    wall_s: float
+    identical: bool  # every speculative output equals its greedy one
+    verify_cost: float
+    draft_cost: float
+    draft_cost_simulated: bool
+
+    @property
+    def accept_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def agreement_est(self) -> float | None:
+        """Per-token agreement estimated from the rounds: each checked position is accepted
+        with probability a, and a round stops at its first mismatch, so a ~ accepted /
+        (accepted + rejected rounds). Unlike accept_rate it does not fall with k."""
+        seen = self.accepted + self.rejected_rounds
+        return self.accepted / seen if seen else None
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        return self.tokens / self.verify_rounds if self.verify_rounds else None
+
+    @property
+    def greedy_tokens_per_s(self) -> float | None:
+        return self.tokens / self.greedy_wall_s if self.greedy_wall_s > 0 else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens / self.wall_s if self.wall_s > 0 else None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.greedy_wall_s / self.wall_s if self.wall_s > 0 else None
+
+    @property
+    def theory_agree(self) -> float | None:
+        """The agreement the theory columns use: the synthetic setting, else the estimate."""
+        return self.agree if self.agree is not None else self.agreement_est
+
+    @property
+    def theory_tokens_per_round(self) -> float | None:
+        a = self.theory_agree
+        return None if a is None else expected_tokens_per_round(a, self.k)
+
+    @property
+    def theory_speedup(self) -> float | None:
+        a = self.theory_agree
+        if a is None or self.verify_cost <= 0:
+            return None
+        return expected_speedup(a, self.k, self.draft_cost, verify=self.verify_cost)
+
+    def as_dict(self) -> dict:
+        return {"row": "bench", **asdict(self), **{name: getattr(self, name) for name in (
+            "accept_rate", "agreement_est", "tokens_per_round", "greedy_tokens_per_s", "tokens_per_s",
+            "speedup", "theory_agree", "theory_tokens_per_round", "theory_speedup")}}
+
+
+@dataclass
+class PeerRow:
+    """specdec vs transformers' own generate on the same prompts, in the same process."""
+
+    scope: str
+    name: str
+    category: str
+    mode: str  # greedy | assisted
+    draft: str  # the draft both sides use ("" for greedy)
+    k: int | None
+    prompts: int
+    tokens: int  # ours
+    hf_tokens: int
+    wall_s: float  # ours, median over repeats, summed over prompts
+    hf_wall_s: float
+    target_forwards: int
+    hf_target_forwards: int
+    identical: bool  # transformers' output == ours == the greedy reference
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens / self.wall_s if self.wall_s > 0 else None
+
+    @property
+    def hf_tokens_per_s(self) -> float | None:
+        return self.hf_tokens / self.hf_wall_s if self.hf_wall_s > 0 else None
+
+    @property
+    def ratio(self) -> float | None:
+        """specdec tok/s over transformers tok/s (> 1: specdec is faster)."""
+        ours, theirs = self.tokens_per_s, self.hf_tokens_per_s
+        return ours / theirs if ours and theirs else None
+
+    def as_dict(self) -> dict:
+        return {"row": "transformers", **asdict(self), "tokens_per_s": self.tokens_per_s,
+                "hf_tokens_per_s": self.hf_tokens_per_s, "ratio": self.ratio}
+
+
+_SUMMED = ("prompts", "tokens", "verify_rounds", "target_forwards", "draft_forwards", "drafted", "accepted",
+           "rejected_rounds", "greedy_wall_s", "wall_s", "hf_tokens", "hf_wall_s", "hf_target_forwards")
+
+
+def summarize(rows: list) -> list:
+    """Per-prompt rows -> one row per configuration and category, then per configuration over
+    all prompts (counts and median wall times summed: a time-weighted aggregate)."""
+    groups: dict = {}
+    for row in rows:
+        if row.scope != "prompt":
+            continue
+        key = (type(row), row.draft, row.k, getattr(row, "agree", None), getattr(row, "mode", None))
+        for scope, name in (("category", row.category), ("all", "all")):
+            groups.setdefault((key, scope, name), []).append(row)
+    out = []
+    for (_, scope, name), members in sorted(groups.items(), key=lambda item: item[0][1] == "all"):
+        first = members[0]
+        values = {f.name: getattr(first, f.name) for f in fields(first)}
+        values.update(scope=scope, name=name, category=name if scope == "category" else "all",
+                      identical=all(m.identical for m in members))
+        for f in _SUMMED:
+            if f in values:
+                values[f] = sum(getattr(m, f) for m in members)
+        out.append(type(first)(**values))
+    return out
+
+
+# ---------------------------------------------------------------------------- timing
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def forward_seconds(jobs: list[tuple[object, int]], context: list[int], repeats: int | None = None) -> list[float]:
+    """Seconds of one forward of each (model, width) job over `width` tokens after `context`,
+    called the way the loops call it (argmax + one host sync): the fastest of `repeats` tries,
+    since noise on a busy machine only ever adds time. The jobs take turns, so drift hits them
+    alike; each cache is rolled back after every try."""
+    caches = []
+    for lm, _ in jobs:
+        cache = lm.new_cache()
+        lm.forward(torch.tensor([context], device=lm.device), cache, keep=1)
+        caches.append(cache)
+    times: list[list[float]] = [[] for _ in jobs]
+    for _ in range((repeats or PROBE_REPEATS) + 2):  # the first two warm the shapes up
+        for (lm, width), cache, out in zip(jobs, caches, times):
+            ids = torch.tensor([(context * width)[-width:]], device=lm.device)  # [1, width]
+            _sync(lm.device)
+            start = time.perf_counter()
+            lm.forward(ids, cache).argmax(-1).tolist()
+            out.append(time.perf_counter() - start)
+            cache.crop(-width)
+    return [min(t[2:]) for t in times]
+
+
+def probe_costs(pair: Pair, configs: list[Config], context: list[int]) -> float:
+    """Fill in every configuration's verify cost v and draft cost c, in 1-token target steps;
+    returns the target step (s). c is measured for model drafts, 0 for drafts that make no
+    model call (prompt lookup, synthetic), or the simulated --draft-cost."""
+    ks = sorted({c.k for c in configs})
+    inner = [c.draft.draft if isinstance(c.draft, (AdaptiveK, SimulatedCost)) else c.draft for c in configs]
+    models = list({id(d): d for d in inner if isinstance(d, ModelDraft)}.values())
+    jobs = [(pair.target, 1)] + [(pair.target, k + 1) for k in ks] + [(d.lm, 1) for d in models]
+    seconds = forward_seconds(jobs, context)
+    step = seconds[0]
+    verify = {k: t / step for k, t in zip(ks, seconds[1:])}
+    draft_cost = {id(d): t / step for d, t in zip(models, seconds[1 + len(ks):])}
+    for c, d in zip(configs, inner):
+        c.verify_cost = verify[c.k]
+        if isinstance(c.draft, SimulatedCost):
+            c.draft.step_s = step
+        elif id(d) in draft_cost:
+            c.draft_cost = draft_cost[id(d)]
+    return step
+
+
+# ---------------------------------------------------------------------------- transformers
+@dataclass
+class Peer:
+    """The card's draft as transformers' assisted generation runs it, at a fixed k."""
+
+    draft: Draft  # ours: the card's draft without the adaptive schedule
+    k: int
+    label: str
+    kwargs: dict  # for generate()
+    assistant: object  # the model whose generation_config carries the fixed-k settings (or None)
+
+
+def check_peer(card: Card) -> None:
+    """Whether transformers can run this card's pair (checked before loading anything)."""
+    spec = card.draft
+    if card.target == "toy":
+        raise SpecdecError(f"--vs-transformers: needs a transformers target; card '{card.name}' has target 'toy'")
+    if spec.kind not in ("prompt-lookup", "early-exit", "model"):
+        raise SpecdecError(f"--vs-transformers: transformers has no equivalent of the '{spec.kind}' draft of card '{card.name}'")
+    if spec.kind == "prompt-lookup" and spec.min_ngram != 1:
+        raise SpecdecError(f"--vs-transformers: transformers' prompt lookup always matches down to 1-grams; "
+                           f"card '{card.name}' sets draft.min_ngram: {spec.min_ngram}")
+
+
+def transformers_peer(pair: Pair, k: int) -> Peer:
+    """How transformers runs the card's draft. Fixed k: `num_assistant_tokens`, schedule
+    `constant` and confidence threshold 0 go on the assistant's generation config, because
+    generate() ignores them as arguments (transformers #40739)."""
+    check_peer(pair.card)
+    spec, card = pair.card.draft, pair.card
+    if not isinstance(pair.target, HFLM):
+        raise SpecdecError(f"--vs-transformers: needs a transformers target; card '{card.name}' has target '{card.target}'")
+    ours = pair.draft.draft if isinstance(pair.draft, AdaptiveK) else pair.draft
+    label = replace(spec, adaptive=False).label()
+    if spec.kind == "prompt-lookup":
+        return Peer(ours, k, label, {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": spec.max_ngram}, None)
+    if spec.kind == "early-exit":  # transformers' own early exit: the target at reduced depth
+        return Peer(ours, k, label, {"assistant_early_exit": spec.layers}, pair.target.model)
+    return Peer(ours, k, label, {"assistant_model": ours.lm.model}, ours.lm.model)
+
+
+@contextmanager
+def _fixed_k(model, k: int):
+    if model is None:
+        yield
+        return
+    config = model.generation_config
+    saved = {n: getattr(config, n, None) for n in
+             ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")}
+    config.num_assistant_tokens, config.num_assistant_tokens_schedule = k, "constant"
+    config.assistant_confidence_threshold = 0.0
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
+
+
+@torch.inference_mode()
+def hf_generate(pair: Pair, ids: list[int], max_tokens: int, peer: Peer | None = None) -> tuple[list[int], float, int]:
+    """transformers' generate: greedy, or assisted with the peer's draft. Returns the new
+    tokens, the wall time and the target's full-depth forwards (verify steps + prefill)."""
+    model = pair.target.model
+    base = getattr(model, model.base_model_prefix, model)
+    full = getattr(base.config, "num_hidden_layers", None)
+    calls = [0]
+
+    def count(*_):  # early exit runs the same module at reduced depth: count full-depth calls
+        calls[0] += getattr(base.config, "num_hidden_layers", None) == full
+
+    x = torch.tensor([ids], device=pair.device)
+    pad = model.generation_config.pad_token_id
+    kwargs = dict(attention_mask=torch.ones_like(x), max_new_tokens=max_tokens, do_sample=False, num_beams=1,
+                  pad_token_id=pad if pad is not None else min(pair.eos, default=0))
+    handle = model.register_forward_hook(count)
+    try:
+        with _fixed_k(peer.assistant if peer else None, peer.k if peer else 0):
+            _sync(pair.device)
+            start = time.perf_counter()
+            out = model.generate(x, **kwargs, **(peer.kwargs if peer else {}))
+            _sync(pair.device)
+            wall = time.perf_counter() - start
+    finally:
+        handle.remove()
+    return out[0, len(ids):].tolist(), wall, calls[0]
+
+
+# ---------------------------------------------------------------------------- the run
+def environment() -> dict:
+    """What the timings depend on besides the card: library versions and CPU threads."""
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "torch_threads": torch.get_num_threads()}
+
+
+def steps(prompts: int, configs: list[Config], repeats: int, peer: Peer | None) -> int:
+    """Timed decodes in a run (for a progress bar)."""
+    return prompts * repeats * (1 + len(configs) + (3 if peer else 0))
+
+
+def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: int, repeats: int,
+        peer: Peer | None = None, progress: Progress | None = None) -> Iterator[Row | PeerRow]:
+    """Time greedy and every configuration (and transformers' peers) on every prompt; yield
+    one row per prompt and configuration as soon as that prompt is done."""
+    tick = progress or (lambda n, text: None)
+    encoded = [pair.encode(p.text, max_tokens) for p in prompts]  # bad prompts fail before any timing
+    if not encoded:
+        return
+    tick(0, "warm-up")
+    short = min(max_tokens, WARMUP_TOKENS)
+    pair.greedy(encoded[0], short)
+    for c in configs:
+        pair.spec(encoded[0], c.k, short, c.draft)
+    if peer:
+        pair.spec(encoded[0], peer.k, short, peer.draft)
+        hf_generate(pair, encoded[0], short)
+        hf_generate(pair, encoded[0], short, peer)
+    tick(0, "probing verify and draft costs")
+    probe_costs(pair, configs, encoded[0])
+    # Ours at the peer's fixed k: reuse a configuration's timing when it is the same draft and k.
+    shared = next((i for i, c in enumerate(configs) if peer and c.draft is peer.draft and c.k == peer.k), None)
+
+    for prompt, ids in zip(prompts, encoded):
+        greedy: list[Result] = []
+        spec: list[list[Result]] = [[] for _ in configs]
+        ours, hf_greedy, hf_assisted = [], [], []
+        for r in range(repeats):
+            where = f"{prompt.id} ({r + 1}/{repeats})"
+            greedy.append(pair.greedy(ids, max_tokens))  # first: stores the synthetic draft's reference
+            tick(1, f"{where}: greedy")
+            for i, c in enumerate(configs):
+                spec[i].append(pair.spec(ids, c.k, max_tokens, c.draft))
+                tick(1, f"{where}: {c.draft.name} k={c.k}")
+            if peer:
+                ours.append(spec[shared][-1] if shared is not None else pair.spec(ids, peer.k, max_tokens, peer.draft))
+                tick(1, f"{where}: {peer.label} k={peer.k} (ours, fixed k)")
+                hf_greedy.append(hf_generate(pair, ids, max_tokens))
+                tick(1, f"{where}: transformers greedy")
+                hf_assisted.append(hf_generate(pair, ids, max_tokens, peer))
+                tick(1, f"{where}: transformers assisted")
+        reference = greedy[0].tokens
+        greedy_s = statistics.median(g.stats.wall_s for g in greedy)
+        for c, results in zip(configs, spec):
+            s, rounds = results[0].stats, results[0].rounds
+            yield Row("prompt", prompt.id, prompt.category, c.draft.name, c.k, c.agree, 1, s.tokens,
+                      s.verify_rounds, s.target_forwards, s.draft_forwards, s.drafted, s.accepted,
+                      sum(x.accepted < x.drafted for x in rounds), greedy_s,
+                      statistics.median(x.stats.wall_s for x in results),
+                      all(x.tokens == reference for x in results), c.verify_cost, c.draft_cost, c.simulated)
+        if peer:
+            for mode, mine, theirs in (("greedy", greedy, hf_greedy), ("assisted", ours, hf_assisted)):
+                yield PeerRow("prompt", prompt.id, prompt.category, mode, peer.label if mode == "assisted" else "",
+                              peer.k if mode == "assisted" else None, 1, len(mine[0].tokens), len(theirs[0][0]),
+                              statistics.median(x.stats.wall_s for x in mine),
+                              statistics.median(t[1] for t in theirs), mine[0].stats.target_forwards, theirs[0][2],
+                              all(t[0] == reference for t in theirs) and all(m.tokens == reference for m in mine))
