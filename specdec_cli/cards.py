@@ -127,7 +127,7 @@ def _mapping(where: str, field: str, value, schema: dict) -> dict:
     for key in value:
         if key not in schema:
             close = difflib.get_close_matches(str(key), list(schema), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(schema)})"
+            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else f" (known: {', '.join(schema)})"
             raise SpecdecError(f"{where}: unknown field '{prefix}{key}'{hint}")
         check(where, prefix + str(key), value[key], schema[key])
     return value
@@ -174,6 +174,8 @@ def load_card(ref: str) -> Card:
     path = Path(ref).expanduser()
     if not path.is_file():
         if path.suffix in (".yaml", ".yml") or "/" in ref:
+            if path.is_dir():
+                raise SpecdecError(f"card {ref} is a directory; give a YAML file or a built-in card name")
             raise SpecdecError(f"card file not found: {ref}")
         path = BUILTIN_DIR / f"{ref}.yaml"
         if not path.is_file():

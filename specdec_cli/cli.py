@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -28,18 +32,85 @@ out = Console(soft_wrap=True)  # data (text, JSON) only
 err = Console(stderr=True)  # everything else: progress, tables, notes
 
 
+class JsonOut:
+    """The JSON this command has written on stdout, so that an interrupt can leave it valid:
+    `friendly` then writes {"incomplete": true, "reason": "interrupted", ...} as the only
+    object (one-object output, nothing written yet) or as the last line (JSON lines)."""
+
+    def __init__(self):
+        self.start()
+
+    def start(self, enabled: bool = False, single: bool = False, **context) -> None:
+        """Declare this command's stdout: JSON (`enabled`), one object (`single`) or JSON lines."""
+        self.enabled, self.single, self.context, self.records = enabled, single, context, 0
+
+    def emit(self, obj) -> None:
+        line = json.dumps(obj, ensure_ascii=False) + "\n"
+        with held_interrupt():  # a line is whole or absent, and counted if written
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            self.records += 1
+
+    def close_interrupted(self) -> None:
+        if not self.enabled or (self.single and self.records):
+            return
+        marker = {"incomplete": True, "reason": "interrupted", **self.context}
+        self.emit(marker if self.single else {**marker, "completed": self.records})
+
+
+json_out = JsonOut()
+
+
+@contextlib.contextmanager
+def held_interrupt():
+    """Hold a Ctrl-C that lands inside the block until the block is done (a second one does
+    not wait). A write blocked on a full pipe is otherwise cut mid-line by the interrupt."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    held = []
+
+    def hold(signum, frame):
+        if held:
+            raise KeyboardInterrupt
+        held.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
+
+
 def friendly(fn):
-    """Turn SpecdecError into one 'Error: ...' line on stderr and its exit code."""
+    """Every failure is one 'Error: ...' line on stderr and an exit code, never a traceback:
+    SpecdecError (the user's input or environment) -> its code (2 = usage); Ctrl-C -> 130, with
+    JSON output closed validly; anything else is a bug -> exit 1 (SPECDEC_DEBUG=1: traceback)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        json_out.start()
         try:
             return fn(*args, **kwargs)
         except SpecdecError as e:
             err.print(f"Error: {e}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
+            err.show_cursor(True)  # Rich's status/progress have stopped; make sure the cursor is back
+            json_out.close_interrupted()
             err.print("Interrupted.", markup=False)
             raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, BrokenPipeError):
+            raise  # exits chosen on purpose; a closed pipe (`| head`) ends quietly in typer
+        except Exception as e:
+            if os.environ.get("SPECDEC_DEBUG"):
+                raise
+            gist = next((line.strip() for line in str(e).splitlines() if line.strip()), "")[:300]
+            err.print(f"Error: internal error: {type(e).__name__}: {gist} (set SPECDEC_DEBUG=1 for the traceback)",
+                      markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
     return wrapper
 
 
@@ -68,13 +139,19 @@ def parse_ks(text: str, option: str = "-k") -> list[int]:
 
 
 def emit_json(obj) -> None:
-    print(json.dumps(obj, ensure_ascii=False), flush=True)
+    json_out.emit(obj)
 
 
-def load(card_name: str, **overrides):
-    from .pair import load_pair
+def load(card_name: str, drafts: tuple = (), **overrides):
+    from .pair import check_before_load, load_pair
 
     card = override(load_card(card_name), **overrides)
+    check_before_load(card, tuple(drafts))  # fail in milliseconds, not after a long load
+    if card.trust_remote_code:
+        repos = dict.fromkeys([card.target] + ([card.draft.model] if card.draft.kind == "model" else []))
+        err.print(f"Warning: card {card.name} sets trust_remote_code: true: Python code shipped with "
+                  f"{' and '.join(repos)} may run on this machine while loading. Use only repositories you trust.",
+                  markup=False, highlight=False, soft_wrap=True)
     with err.status(f"Loading {card.target} and its {card.draft.label()} draft…"):
         pair = load_pair(card)
     err.print(f"[dim]card {card.name}: target {card.target} · draft {pair.draft.name} · "
@@ -116,7 +193,7 @@ def generate(
 
         specdec generate --prompts-file prompts.jsonl > results.jsonl
     """
-    from .pair import generate as run
+    from .pair import check_prompts, generate as run
     from .prompts import read_prompts
     from .render import generation_json, show_generation
 
@@ -139,9 +216,14 @@ def generate(
         batch = None
     if batch is None and not prompt.strip():
         raise SpecdecError("prompt is empty")
+    if batch is not None:
+        json_out.start(True, command="generate", card=card)  # a prompts file always gives JSON lines
+    else:
+        json_out.start(as_json, single=True, command="generate", card=card, prompt=prompt)
     pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype)
     c = pair.card
     if batch is not None:
+        check_prompts(pair, batch, c.max_tokens)  # a bad prompt fails the batch before any output
         differ = 0
         for p in batch:
             gen = run(pair, p.text, mode, c.k, c.max_tokens)
@@ -186,7 +268,7 @@ def verify_exactness(
 
         specdec verify-exactness --prompts-file prompts.jsonl --json
     """
-    from .pair import build_draft
+    from .pair import build_draft, check_prompts
     from .prompts import SUITE, Prompt, read_prompts
     from .render import verify_table
     from .verify import parse_draft_option, verify
@@ -201,8 +283,10 @@ def verify_exactness(
         items = [Prompt(f"arg-{i}", text) for i, text in enumerate(prompts, 1)]
     else:
         items = SUITE
-    pair = load(card, max_tokens=max_tokens, device=device, dtype=dtype)
+    json_out.start(as_json, command="verify-exactness", card=card)
+    pair = load(card, drafts=specs, max_tokens=max_tokens, device=device, dtype=dtype)
     draft_list = [build_draft(s, pair) for s in specs] or [pair.draft]
+    check_prompts(pair, items, pair.card.max_tokens)  # a bad prompt fails before any output
     checks, total = [], len(items) * len(k_list) * len(draft_list)
     with err.status("") as status:
         for check_ in verify(pair, items, k_list, draft_list, pair.card.max_tokens):
@@ -361,6 +445,7 @@ def bench(
     if limit is not None:
         items = first_per_category(items, limit)
 
+    json_out.start(as_json, command="bench", card=card)  # Ctrl-C: the rows so far + an incomplete marker
     from . import bench as measure
     from .render import bench_csv, bench_json, bench_table, peer_table, sweep_table
 

@@ -22,6 +22,9 @@ def write_atomic(path: str | Path, write: Callable[[Path], None], what: str = "o
     os.close(fd)
     try:
         write(Path(tmp))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())  # the data is on disk before the name points at it
+        os.chmod(tmp, _mode(path))  # mkstemp makes 0600; give the file the mode a plain write would
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -31,3 +34,12 @@ def write_atomic(path: str | Path, write: Callable[[Path], None], what: str = "o
 
 def write_text_atomic(path: str | Path, text: str, what: str = "output") -> Path:
     return write_atomic(path, lambda p: p.write_text(text, encoding="utf-8"), what)
+
+
+def _mode(path: Path) -> int:
+    """An existing file keeps its permissions; a new one gets 0666 minus the umask."""
+    if path.exists():
+        return path.stat().st_mode & 0o7777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask

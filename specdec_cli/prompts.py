@@ -68,7 +68,7 @@ def read_prompts(path: str, stdin_text: str | None = None) -> list[Prompt]:
     else:
         p = Path(path)
         if not p.is_file():
-            raise SpecdecError(f"--prompts-file: file not found: {path}")
+            raise SpecdecError(f"--prompts-file: {path} is a directory" if p.is_dir() else f"--prompts-file: file not found: {path}")
         try:
             text = p.read_text(encoding="utf-8")
         except UnicodeDecodeError:
