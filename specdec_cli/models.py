@@ -253,6 +253,7 @@ def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_c
     kwargs = dict(trust_remote_code=trust_remote_code, revision=revision)
     if ref.kind == "gguf":
         kwargs["gguf_file"] = ref.gguf_file
+        _quiet_gguf_progress()
     # The loading boundary: whatever transformers, safetensors, gguf or torch raise here (a
     # truncated file, a missing tokenizer, no network, out of memory) becomes one line.
     try:
@@ -278,6 +279,16 @@ def first_line(e: BaseException) -> str:
     if not isinstance(e, (OSError, ValueError)) or not text:
         text = f"{type(e).__name__}: {text}" if text else type(e).__name__
     return text[:300]
+
+
+def _quiet_gguf_progress() -> None:
+    """transformers draws a bare tqdm bar while de-quantizing GGUF; our progress is Rich's."""
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    if hasattr(gguf_utils, "tqdm") and not isinstance(gguf_utils.tqdm, functools.partial):
+        gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
 
 
 def check_vocab(target_tok, draft_tok, target_name: str, draft_name: str) -> int:
