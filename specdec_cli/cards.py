@@ -52,6 +52,10 @@ class Card:
     k: int = 4  # tokens drafted per round
     max_tokens: int = 128  # generated tokens, at most
     chat_template: str = "auto"  # auto = use the tokenizer's template when it has one
+    temperature: float = 0.0  # 0 = greedy (exact per token); > 0 = sampling (exact in distribution)
+    top_k: int = 0  # sampling: keep the k most likely tokens (0 = off)
+    top_p: float = 1.0  # sampling: keep the smallest most-likely set holding top_p of the mass (1 = off)
+    seed: int = 0  # sampling: every random draw comes from a generator seeded with this
     device: str = "auto"
     dtype: str = "auto"
     trust_remote_code: bool = False  # never on unless a card asks for it
@@ -102,9 +106,20 @@ def _chat(v):
         return "must be auto, true or false"
 
 
+def _temperature(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        return "must be a finite number >= 0 (0 = greedy)"
+
+
+def _top_p(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 < v <= 1:
+        return "must be a number in (0, 1] (1 = off)"
+
+
 TOP = {"description": _str, "target": _str, "draft": None, "decoding": None, "device": _device,
        "dtype": _choice(DTYPE_NAMES), "trust_remote_code": _bool, "revision": _str}
-DECODING = {"k": _int(1, MAX_K), "max_tokens": _int(1, MAX_TOKENS), "chat_template": _chat}
+DECODING = {"k": _int(1, MAX_K), "max_tokens": _int(1, MAX_TOKENS), "chat_template": _chat,
+            "temperature": _temperature, "top_k": _int(0, 2**31 - 1), "top_p": _top_p, "seed": _int(0, 2**63 - 1)}
 DRAFT = {"kind": _choice(DRAFT_KINDS), "model": _str, "layers": _int(1, 1000),
          "max_ngram": _int(1, 16), "min_ngram": _int(1, 16), "agree": _prob, "seed": _int(0, 2**63 - 1), "adaptive": _bool}
 # Which draft fields each kind takes (kind itself always); anything else is an error, not ignored.

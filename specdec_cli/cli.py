@@ -165,6 +165,10 @@ DTYPE = typer.Option(None, "--dtype", help="auto, float32, bfloat16 or float16 (
 MAX_TOKENS = typer.Option(None, "--max-tokens", "-n", help="Tokens to generate at most (overrides the card).")
 JSON = typer.Option(False, "--json", help="Print only JSON on stdout.")
 PROMPTS_FILE = typer.Option(None, "--prompts-file", help=".jsonl ({'prompt', 'id'}) or .txt (one per line); - = JSON lines on stdin.")
+TEMPERATURE = typer.Option(None, "--temperature", "-t", help="0 = greedy (exact per token); > 0 = sampling (exact in distribution). Overrides the card.")
+TOP_K = typer.Option(None, "--top-k", help="Sampling: keep the k most likely tokens (0 = off). Overrides the card.")
+TOP_P = typer.Option(None, "--top-p", help="Sampling: keep the smallest most-likely set holding this much probability (1 = off). Overrides the card.")
+SEED = typer.Option(None, "--seed", help="Sampling: seed of every random draw (same seed, same tokens). Overrides the card.")
 
 
 @app.command()
@@ -172,7 +176,9 @@ PROMPTS_FILE = typer.Option(None, "--prompts-file", help=".jsonl ({'prompt', 'id
 def generate(
     prompt: Optional[str] = typer.Argument(None, help="The prompt; '-' or piped stdin reads it from stdin."),
     card: str = CARD,
-    mode: str = typer.Option("both", "--mode", "-m", help="spec, greedy or both (both checks they are identical)."),
+    mode: str = typer.Option("both", "--mode", "-m", help="spec, greedy or both (both checks they are identical). "
+                             "With --temperature > 0 'greedy' is plain sampling, and both runs it beside speculative "
+                             "sampling with the same seed: the tokens may differ (the distributions are equal), not an error."),
     k: Optional[int] = typer.Option(None, "-k", "--k", help="Draft tokens per round (overrides the card)."),
     max_tokens: Optional[int] = MAX_TOKENS,
     rounds: bool = typer.Option(False, "--rounds", help="Show the per-round accept table."),
@@ -180,6 +186,10 @@ def generate(
     prompts_file: Optional[str] = PROMPTS_FILE,
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
+    temperature: Optional[float] = TEMPERATURE,
+    top_k: Optional[int] = TOP_K,
+    top_p: Optional[float] = TOP_P,
+    seed: Optional[int] = SEED,
 ):
     """Generate from one prompt, speculatively and/or plain greedy, and compare.
 
@@ -192,6 +202,8 @@ def generate(
         specdec generate --card toy -k 6 --json "ba be bi"
 
         specdec generate --prompts-file prompts.jsonl > results.jsonl
+
+        specdec generate --temperature 0.8 --top-p 0.95 --seed 7 "Write a haiku."
     """
     from .pair import check_prompts, generate as run
     from .prompts import read_prompts
@@ -220,7 +232,8 @@ def generate(
         json_out.start(True, command="generate", card=card)  # a prompts file always gives JSON lines
     else:
         json_out.start(as_json, single=True, command="generate", card=card, prompt=prompt)
-    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype)
+    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype,
+                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     c = pair.card
     if batch is not None:
         check_prompts(pair, batch, c.max_tokens)  # a bad prompt fails the batch before any output
@@ -228,7 +241,7 @@ def generate(
         for p in batch:
             gen = run(pair, p.text, mode, c.k, c.max_tokens)
             emit_json({"id": p.id, **generation_json(gen, pair)})
-            differ += gen.identical is False
+            differ += gen.diverged
         if differ:
             err.print(f"Error: {differ} of {len(batch)} prompts gave speculative output different from greedy")
             raise typer.Exit(1)
@@ -238,7 +251,7 @@ def generate(
         emit_json(generation_json(gen, pair))
     else:
         show_generation(gen, pair, out, err, rounds)
-    if gen.identical is False:
+    if gen.diverged:
         raise typer.Exit(1)
 
 
@@ -247,7 +260,7 @@ def generate(
 def verify_exactness(
     prompts: Optional[list[str]] = typer.Argument(None, help="Prompts (default: the built-in suite)."),
     card: str = CARD,
-    ks: str = typer.Option("1,2,4,8", "-k", "--k", help="Comma-separated k values."),
+    ks: Optional[str] = typer.Option(None, "-k", "--k", help="Comma-separated k values (default 1,2,4,8; when sampling, the card's k)."),
     drafts: Optional[list[str]] = typer.Option(
         None, "--draft", "-d", help="Draft to check (repeatable): KIND[:key=value,...], e.g. early-exit:layers=10. Default: the card's."),
     max_tokens: Optional[int] = MAX_TOKENS,
@@ -255,10 +268,22 @@ def verify_exactness(
     as_json: bool = JSON,
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
+    temperature: Optional[float] = TEMPERATURE,
+    top_k: Optional[int] = TOP_K,
+    top_p: Optional[float] = TOP_P,
+    seed: Optional[int] = SEED,
+    samples: int = typer.Option(200, "--samples", "-N", help="Sampling: speculative draws per prompt x draft x k (and as many plain ones)."),
+    positions: int = typer.Option(2, "--positions", help="Sampling: test the joint distribution of the first 1..P generated tokens."),
+    alpha: float = typer.Option(0.01, "--alpha", help="Sampling: family-wise level; each test must keep p >= alpha / tests (Bonferroni)."),
 ):
     """Prove speculative == greedy over prompts x k x drafts; explain any divergence.
 
     Exit 0 when every output is identical, 1 on any divergence, 2 on usage errors.
+
+    With --temperature > 0 (or a card that samples) it becomes a statistical test: per prompt x
+    draft x k, N speculative draws of the first P tokens against the target's exact distribution
+    (toy) or N plain-sampling draws (real models), chi-square per 1..P tokens; exit 1 when any
+    test rejects at alpha (Bonferroni over all tests). Default prompts: a short subset of the suite.
 
     Examples:
 
@@ -267,13 +292,19 @@ def verify_exactness(
         specdec verify-exactness --card toy -d toy:agree=0.3 -d toy:agree=0.9 "ba be"
 
         specdec verify-exactness --prompts-file prompts.jsonl --json
+
+        specdec verify-exactness --temperature 0.8 --samples 300 --positions 2
     """
     from .pair import build_draft, check_prompts
     from .prompts import SUITE, Prompt, read_prompts
     from .render import verify_table
-    from .verify import parse_draft_option, verify
+    from .verify import SAMPLING_PROMPTS, parse_draft_option, verify
 
-    k_list = parse_ks(ks)
+    k_list = parse_ks(ks) if ks is not None else None
+    check("command line", "--samples", samples, _int(10, 10_000_000))
+    check("command line", "--positions", positions, _int(1, 64))
+    if not 0 < alpha < 1:
+        raise SpecdecError(f"command line: --alpha: must be a number in (0, 1), got {alpha!r}")
     specs = [parse_draft_option(d) for d in drafts or []]
     if prompts and prompts_file:
         raise SpecdecError("give either PROMPTS or --prompts-file, not both")
@@ -282,10 +313,15 @@ def verify_exactness(
     elif prompts:
         items = [Prompt(f"arg-{i}", text) for i, text in enumerate(prompts, 1)]
     else:
-        items = SUITE
+        items = None
     json_out.start(as_json, command="verify-exactness", card=card)
-    pair = load(card, drafts=specs, max_tokens=max_tokens, device=device, dtype=dtype)
+    pair = load(card, drafts=specs, max_tokens=max_tokens, device=device, dtype=dtype,
+                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     draft_list = [build_draft(s, pair) for s in specs] or [pair.draft]
+    if not pair.sampling.greedy:
+        items = items or [p for p in SUITE if p.id in SAMPLING_PROMPTS]
+        return verify_sampled(pair, items, k_list or [pair.card.k], draft_list, samples, positions, alpha, as_json)
+    items, k_list = items or SUITE, k_list or [1, 2, 4, 8]
     check_prompts(pair, items, pair.card.max_tokens)  # a bad prompt fails before any output
     checks, total = [], len(items) * len(k_list) * len(draft_list)
     with err.status("") as status:
@@ -451,7 +487,8 @@ def bench(
 
     if vs_transformers:
         measure.check_peer(load_card(card))  # before minutes of loading
-    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype)
+    # bench times greedy decoding (exact per token, checked): a card's sampling settings are ignored
+    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype, temperature=0.0)
 
     c = pair.card
     peer = measure.transformers_peer(pair, c.k) if vs_transformers else None

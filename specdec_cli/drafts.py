@@ -6,6 +6,10 @@ One protocol (after transformers' candidate generators):
     update(tokens, accepted)   the round is over: `tokens` is the new sequence and the first
                                `accepted` proposed tokens were kept
     forwards                   model calls made so far (a counter, never reset by begin)
+Optional, for sampling (temperature > 0):
+    propose_sampled(tokens, k, warp, generator) -> ([d], q [d, V] or None)
+                               tokens drawn from the draft's warped distribution q, and q for
+                               each; a draft without it proposes deterministically (one-hot q)
 A model draft, an early-exit view of the target, prompt lookup and the agreement-controlled
 oracle drafts (toy, synthetic) are all just implementations.
 """
@@ -46,18 +50,30 @@ class ModelDraft:
         self.cache, self.cached, self.base, self.k = self.lm.new_cache(), 0, 0, 0
 
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
+        return self._propose(tokens, k, None, None)[0]
+
+    def propose_sampled(self, tokens: list[int], k: int, warp, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """As propose, but each token is drawn from the draft's warped distribution q over the
+        shared vocabulary; returns (tokens [d], q [d, shared_vocab])."""
+        return self._propose(tokens, k, warp, generator)
+
+    def _propose(self, tokens: list[int], k: int, warp, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
         self.base, self.k = len(tokens), k
         if k == 0:
-            return torch.empty(0, dtype=torch.long, device=self.lm.device)
+            return torch.empty(0, dtype=torch.long, device=self.lm.device), None
         ids = torch.tensor([tokens[self.cached:]], device=self.lm.device)  # [1, S] uncached tail
-        out = []
+        out, qs = [], []
         for _ in range(k):
             logits = self.lm.forward(ids, self.cache, keep=1)[-1, : self.shared_vocab]  # [V]
-            ids = logits.argmax().view(1, 1)  # stays on device: no host sync while drafting
+            if warp is None:
+                ids = logits.argmax().view(1, 1)  # greedy; stays on device: no host sync while drafting
+            else:
+                qs.append(warp(logits))  # [V]: the draft's distribution q
+                ids = torch.multinomial(qs[-1], 1, generator=generator).view(1, 1)
             out.append(ids[0])
         self.forwards += k
         self.cached = len(tokens) + k - 1
-        return torch.cat(out)
+        return torch.cat(out), (torch.stack(qs) if qs else None)
 
     def update(self, tokens: list[int], accepted: int) -> None:
         # Proposals 1..accepted are now part of `tokens`; the rest of the cache is stale.
@@ -183,7 +199,20 @@ class AdaptiveK:
         self.drafted = proposal.shape[0]
         return proposal
 
+    def propose_sampled(self, tokens: list[int], k: int, warp, generator):
+        proposal, q = propose_sampled(self.draft, tokens, min(k, self.limit), warp, generator)
+        self.drafted = proposal.shape[0]
+        return proposal, q
+
     def update(self, tokens: list[int], accepted: int) -> None:
         if self.drafted:  # a round with no proposal says nothing about the draft
             self.limit = self.limit + 2 if accepted == self.drafted else max(1, self.limit - 1)
         self.draft.update(tokens, accepted)
+
+
+def propose_sampled(draft, tokens: list[int], k: int, warp, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A draft's sampled proposal and its q; drafts without `propose_sampled` are deterministic
+    (q None: a one-hot q on the proposed token)."""
+    if hasattr(draft, "propose_sampled"):
+        return draft.propose_sampled(tokens, k, warp, generator)
+    return draft.propose(tokens, k), None

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .cards import Card, DraftSpec
-from .decoding import Result, greedy_decode, speculative_decode
+from .decoding import Result, greedy_decode, prefill, speculative_decode
 from .drafts import AdaptiveK, Draft, ModelDraft, OracleDraft, PromptLookupDraft, SyntheticDraft
 from .errors import SpecdecError
 from .metrics import speedup
 from .models import HFLM, ModelRef, check_vocab, early_exit, load, parse_ref, resolve_device, resolve_dtype
+from .sampling import Sampling, sample_decode, speculative_sample
 from .toy import ToyLM
 
 
@@ -58,8 +59,38 @@ class Pair:
         self.references[tuple(prompt_ids)] = result.tokens
         return result
 
-    def spec(self, prompt_ids: list[int], k: int, max_tokens: int, draft: Draft | None = None) -> Result:
-        return speculative_decode(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos)
+    def spec(self, prompt_ids: list[int], k: int, max_tokens: int, draft: Draft | None = None,
+             generator: torch.Generator | None = None, prefix=None) -> Result:
+        """Speculative greedy at temperature 0, else speculative sampling (a fresh generator
+        seeded from the card unless one is given; `prefix`: see prefill)."""
+        if self.sampling.greedy:
+            return speculative_decode(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos)
+        return speculative_sample(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos,
+                                  self.sampling, generator or self.generator(), prefix)
+
+    # -- sampling (temperature > 0) -------------------------------------------------------
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.card.temperature, self.card.top_k, self.card.top_p)
+
+    def generator(self) -> torch.Generator:
+        """A generator on the target's device seeded from the card: each request starts afresh,
+        so a request's output does not depend on what ran before it."""
+        return torch.Generator(self.device).manual_seed(self.card.seed)
+
+    def sample(self, prompt_ids: list[int], max_tokens: int, generator: torch.Generator | None = None,
+               prefix=None) -> Result:
+        """Plain sampling from the target alone: the baseline speculative sampling must match."""
+        return sample_decode(self.target, prompt_ids, max_tokens, self.eos, self.sampling,
+                             generator or self.generator(), prefix)
+
+    @torch.inference_mode()
+    def prefill(self, prompt_ids: list[int]):
+        """The target's cache holding prompt_ids[:-1]: many sampling draws of one prompt each start
+        from a copy of it instead of prefilling again (the prompt is most of a short draw's cost)."""
+        cache = self.target.new_cache()
+        prefill(self.target, cache, prompt_ids)
+        return cache
 
     def reference(self, prompt_ids: list[int], max_tokens: int) -> list[int]:
         """The target's greedy tokens for a prompt (computed once, then remembered)."""
@@ -178,12 +209,18 @@ class Generation:
     prompt: str
     prompt_ids: list[int]
     k: int
-    greedy: Result | None
+    greedy: Result | None  # the target alone: greedy, or plain sampling when `sampled`
     spec: Result | None
+    sampled: bool = False  # temperature > 0: both runs are exact in distribution, not per token
 
     @property
     def identical(self) -> bool | None:
         return self.greedy.tokens == self.spec.tokens if self.greedy and self.spec else None
+
+    @property
+    def diverged(self) -> bool:
+        """Greedy outputs that differ: a bug. Two samples that differ are not."""
+        return self.identical is False and not self.sampled
 
     @property
     def speedup(self) -> float | None:
@@ -191,10 +228,13 @@ class Generation:
 
 
 def generate(pair: Pair, prompt: str, mode: str, k: int, max_tokens: int) -> Generation:
-    """Run one prompt greedy and/or speculative (greedy first: synthetic drafts need it)."""
+    """Run one prompt greedy and/or speculative (greedy first: synthetic drafts need it).
+    At temperature > 0 the target-alone run is plain sampling; both runs use the card's seed."""
     ids = pair.encode(prompt, max_tokens)
-    greedy = pair.greedy(ids, max_tokens) if mode in ("greedy", "both") else None
+    sampled = not pair.sampling.greedy
+    alone = pair.sample if sampled else pair.greedy
+    greedy = alone(ids, max_tokens) if mode in ("greedy", "both") else None
     if mode != "greedy" and pair.draft.name.startswith("synthetic"):
         pair.reference(ids, max_tokens)
     spec = pair.spec(ids, k, max_tokens) if mode in ("spec", "both") else None
-    return Generation(prompt, ids, k, greedy, spec)
+    return Generation(prompt, ids, k, greedy, spec, sampled)

@@ -26,10 +26,13 @@ def result_json(result: Result, tokenizer, rounds: bool) -> dict:
 def generation_json(gen, pair) -> dict:
     out = {"card": pair.card.name, "prompt": gen.prompt, "prompt_tokens": len(gen.prompt_ids), "k": gen.k,
            "draft": pair.draft.name, "device": str(pair.device), "dtype": pair.dtype_name}
+    if gen.sampled:
+        c = pair.card
+        out["sampling"] = {"temperature": c.temperature, "top_k": c.top_k, "top_p": c.top_p, "seed": c.seed}
     if gen.spec:
         out["spec"] = result_json(gen.spec, pair.tokenizer, rounds=True)
-    if gen.greedy:
-        out["greedy"] = result_json(gen.greedy, pair.tokenizer, rounds=False)
+    if gen.greedy:  # the target alone: plain sampling ("sample") when sampling
+        out["sample" if gen.sampled else "greedy"] = result_json(gen.greedy, pair.tokenizer, rounds=False)
     if gen.spec and gen.greedy:
         out["identical"] = gen.identical
         out["speedup"] = gen.speedup
@@ -74,10 +77,13 @@ def rounds_table(result: Result, tokenizer) -> Table:
 
 
 def summary_table(gen, pair) -> Table:
-    table = Table(title=f"card {pair.card.name} · draft {pair.draft.name} · k={gen.k} · {pair.device}",
+    c = pair.card
+    sampling = f" · T={c.temperature} top-k={c.top_k} top-p={c.top_p} seed={c.seed}" if gen.sampled else ""
+    table = Table(title=f"card {pair.card.name} · draft {pair.draft.name} · k={gen.k} · {pair.device}{sampling}",
                   title_justify="left")
     table.add_column("metric")
-    cols = [(name, res) for name, res in (("greedy", gen.greedy), ("speculative", gen.spec)) if res]
+    alone = "plain sampling" if gen.sampled else "greedy"
+    cols = [(name, res) for name, res in ((alone, gen.greedy), ("speculative", gen.spec)) if res]
     for name, _ in cols:
         table.add_column(name, justify="right")
     rows = [("tokens", lambda s: str(s.tokens)),
@@ -92,7 +98,10 @@ def summary_table(gen, pair) -> Table:
         table.add_row(label, *(cell(res.stats) for _, res in cols))
     if gen.spec and gen.greedy:
         table.add_row("speedup", "", f"{fmt(gen.speedup)}x")
-        table.add_row("identical", "", "[green]yes[/]" if gen.identical else "[red]NO[/]")
+        if gen.sampled:  # two independent samples: equal tokens are not expected, equal distributions are
+            table.add_row("identical", "", f"{'yes' if gen.identical else 'no'} [dim](sampling: not expected)[/]")
+        else:
+            table.add_row("identical", "", "[green]yes[/]" if gen.identical else "[red]NO[/]")
     return table
 
 
@@ -106,7 +115,7 @@ def show_generation(gen, pair, out: Console, err: Console, rounds: bool) -> None
     if rounds and gen.spec:
         err.print(rounds_table(gen.spec, pair.tokenizer))
     err.print(summary_table(gen, pair))
-    if gen.identical is False:
+    if gen.diverged:
         err.print("[red]Error: speculative output differs from greedy output[/]")
 
 
@@ -123,6 +132,27 @@ def verify_table(checks, title: str) -> Table:
         table.add_row(c.id, c.draft, str(c.k), str(c.prompt_tokens), str(len(c.spec_tokens)),
                       "[green]yes[/]" if c.identical else "[red]NO[/]", why)
     return table
+
+
+def sampling_table(checks, title: str) -> Table:
+    """verify-exactness at temperature > 0: one chi-square test per row."""
+    table = Table(title=title, title_justify="left", caption_justify="left", caption=(
+        "tokens: the test is on the joint distribution of the first j generated tokens; N: speculative draws "
+        "(and as many plain ones); vs: the exact distribution or plain sampling; bins: outcomes with expected "
+        "count >= 5, the rest pooled; chi2 on bins - 1 df; pass: p >= alpha / tests (Bonferroni)"))
+    for col in ("prompt", "draft", "k", "tokens", "N", "vs", "bins", "chi2", "p-value", "accept rate",
+                "tokens/round", "pass"):
+        table.add_column(col, justify="left" if col in ("prompt", "draft", "vs") else "right")
+    for c in checks:
+        t = c.test
+        table.add_row(c.id, c.draft, str(c.k), str(c.positions), str(c.samples), c.reference, str(t.bins),
+                      fmt(t.statistic, ".1f"), fmt(t.p_value, ".3g"), fmt(c.stats.accept_rate, ".1%"),
+                      fmt(c.stats.tokens_per_round), _pass(c.passed))
+    return table
+
+
+def _pass(ok: bool) -> str:
+    return "[green]yes[/]" if ok else "[red]NO[/]"
 
 
 # ---------------------------------------------------------------------------- cards
