@@ -128,13 +128,13 @@ def _build(spec: DraftSpec, pair: Pair) -> Draft:
     target, card = pair.target, pair.card
     label = replace(spec, adaptive=False).label()
     if spec.kind == "prompt-lookup":
-        return PromptLookupDraft(pair.device, spec.max_ngram, spec.min_ngram, name=label)
+        return PromptLookupDraft(target.device, spec.max_ngram, spec.min_ngram, name=label)
     if spec.kind == "toy":
         if not isinstance(target, ToyLM):
             raise SpecdecError(f"{card.path}: draft.kind: 'toy' needs the toy target, got target '{card.target}'")
-        return OracleDraft(target.greedy_next, target.vocab_size, spec.agree, spec.seed, pair.device, label)
+        return OracleDraft(target.greedy_next, target.vocab_size, spec.agree, spec.seed, target.device, label)
     if spec.kind == "synthetic":
-        return SyntheticDraft(pair.references, target.vocab_size, spec.agree, spec.seed, pair.device, label)
+        return SyntheticDraft(pair.references, target.vocab_size, spec.agree, spec.seed, target.device, label)
     if not isinstance(target, HFLM):
         raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs a transformers target, got '{card.target}'")
     if spec.kind == "early-exit":
@@ -144,7 +144,6 @@ def _build(spec: DraftSpec, pair: Pair) -> Draft:
             raise SpecdecError(f"{card.path}: draft.layers: {e}") from None
         return ModelDraft(view, target.vocab_size, name=label)
     ref = model_ref(card, "draft.model", spec.model)
-
     model, tok = load(ref, pair.device, pair.dtype, card.trust_remote_code, None)
     if not isinstance(model, HFLM):
         raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
@@ -188,8 +187,6 @@ def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = ()) -> ModelRe
     return target
 
 
-
-
 def load_pair(card: Card) -> Pair:
     target_ref = check_before_load(card)
     device = resolve_device(card.device)
@@ -198,7 +195,7 @@ def load_pair(card: Card) -> Pair:
     if card.chat_template is True and not tokenizer.has_chat_template():
         raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")
     chat = tokenizer.has_chat_template() if card.chat_template == "auto" else card.chat_template
-    pair = Pair(card, target, tokenizer, None, eos_ids(target, tokenizer), chat, device, dtype)
+    pair = Pair(card, target, tokenizer, None, eos_ids(target, tokenizer), chat, target.device, dtype)
     pair.draft = build_draft(card.draft, pair)
     return pair
 
