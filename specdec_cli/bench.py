@@ -113,7 +113,8 @@ class Row:
     rejected_rounds: int  # rounds that ended at a mismatch
     greedy_wall_s: float  # median over repeats, summed over prompts
     wall_s: float
-    identical: bool  # every speculative output equals its greedy one
+    baseline_tokens: int  # tokens of the target-alone run (= tokens for greedy; may differ when sampling)
+    identical: bool | None  # every speculative output equals its greedy one (None: sampling)
     verify_cost: float
     draft_cost: float
     draft_cost_simulated: bool
@@ -136,7 +137,7 @@ class Row:
 
     @property
     def greedy_tokens_per_s(self) -> float | None:
-        return self.tokens / self.greedy_wall_s if self.greedy_wall_s > 0 else None
+        return self.baseline_tokens / self.greedy_wall_s if self.greedy_wall_s > 0 else None
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -144,7 +145,10 @@ class Row:
 
     @property
     def speedup(self) -> float | None:
-        return self.greedy_wall_s / self.wall_s if self.wall_s > 0 else None
+        """Speculative tok/s over the baseline's: greedy time / speculative time for the same
+        tokens; per token when sampling, where the two runs may stop at different lengths."""
+        ours, base = self.tokens_per_s, self.greedy_tokens_per_s
+        return ours / base if ours and base else None
 
     @property
     def theory_agree(self) -> float | None:
@@ -207,7 +211,7 @@ class PeerRow:
                 "hf_tokens_per_s": self.hf_tokens_per_s, "ratio": self.ratio}
 
 
-_SUMMED = ("prompts", "tokens", "verify_rounds", "target_forwards", "draft_forwards", "drafted", "accepted",
+_SUMMED = ("prompts", "tokens", "baseline_tokens", "verify_rounds", "target_forwards", "draft_forwards", "drafted", "accepted",
            "rejected_rounds", "greedy_wall_s", "wall_s", "hf_tokens", "hf_wall_s", "hf_target_forwards")
 
 
@@ -225,8 +229,9 @@ def summarize(rows: list) -> list:
     for (_, scope, name), members in sorted(groups.items(), key=lambda item: item[0][1] == "all"):
         first = members[0]
         values = {f.name: getattr(first, f.name) for f in fields(first)}
+        same = [m.identical for m in members]
         values.update(scope=scope, name=name, category=name if scope == "category" else "all",
-                      identical=all(m.identical for m in members))
+                      identical=None if None in same else all(same))
         for f in _SUMMED:
             if f in values:
                 values[f] = sum(getattr(m, f) for m in members)
@@ -390,12 +395,16 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
     """Time greedy and every configuration (and transformers' peers) on every prompt; yield
     one row per prompt and configuration as soon as that prompt is done."""
     tick = progress or (lambda n, text: None)
+    # The baseline is the target alone: greedy, or plain sampling with the same warping and
+    # seed when the card samples (then outputs are equal in distribution, not token for token).
+    sampled = not pair.sampling.greedy
+    baseline = pair.sample if sampled else pair.greedy
     encoded = [pair.encode(p.text, max_tokens) for p in prompts]  # bad prompts fail before any timing
     if not encoded:
         return
     tick(0, "warm-up")
     short = min(max_tokens, WARMUP_TOKENS)
-    pair.greedy(encoded[0], short)
+    baseline(encoded[0], short)
     for c in configs:
         pair.spec(encoded[0], c.k, short, c.draft)
     if peer:
@@ -413,8 +422,8 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
         ours, hf_greedy, hf_assisted = [], [], []
         for r in range(repeats):
             where = f"{prompt.id} ({r + 1}/{repeats})"
-            greedy.append(pair.greedy(ids, max_tokens))  # first: stores the synthetic draft's reference
-            tick(1, f"{where}: greedy")
+            greedy.append(baseline(ids, max_tokens))  # first: stores the synthetic draft's reference
+            tick(1, f"{where}: {'plain sampling' if sampled else 'greedy'}")
             for i, c in enumerate(configs):
                 spec[i].append(pair.spec(ids, c.k, max_tokens, c.draft))
                 tick(1, f"{where}: {c.draft.name} k={c.k}")
@@ -432,8 +441,9 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
             yield Row("prompt", prompt.id, prompt.category, c.draft.name, c.k, c.agree, 1, s.tokens,
                       s.verify_rounds, s.target_forwards, s.draft_forwards, s.drafted, s.accepted,
                       sum(x.accepted < x.drafted for x in rounds), greedy_s,
-                      statistics.median(x.stats.wall_s for x in results),
-                      all(x.tokens == reference for x in results), c.verify_cost, c.draft_cost, c.simulated)
+                      statistics.median(x.stats.wall_s for x in results), len(reference),
+                      None if sampled else all(x.tokens == reference for x in results),
+                      c.verify_cost, c.draft_cost, c.simulated)
         if peer:
             for mode, mine, theirs in (("greedy", greedy, hf_greedy), ("assisted", ours, hf_assisted)):
                 yield PeerRow("prompt", prompt.id, prompt.category, mode, peer.label if mode == "assisted" else "",

@@ -422,7 +422,8 @@ def bench(
         None, "--agree-sweep", metavar="[A,...]",
         help=f"Replace the card's draft by the synthetic draft at each agreement a (bare: {AGREE_SWEEP}); the card's draft is an extra row."),
     k_sweep: Optional[str] = typer.Option(None, "--k-sweep", metavar="[K,...]", help=f"Run every configuration at each k (bare: {K_SWEEP})."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the synthetic draft's agreement draws (default 0; needs --agree-sweep)."),
+    seed: Optional[int] = typer.Option(
+        None, "--seed", help="Seed of the synthetic draft's agreement draws (--agree-sweep), or of sampling (--temperature > 0)."),
     draft_cost: Optional[float] = typer.Option(
         None, "--draft-cost", help="SIMULATED draft cost for the synthetic draft: sleep C target steps per drafted token (labelled 'sim')."),
     vs_transformers: bool = typer.Option(
@@ -432,11 +433,18 @@ def bench(
     as_json: bool = JSON,
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
+    temperature: Optional[float] = TEMPERATURE,
+    top_k: Optional[int] = TOP_K,
+    top_p: Optional[float] = TOP_P,
 ):
     """Time plain greedy against speculative decoding on a prompt suite, in one run.
 
     Warm-up first, then --repeats timed runs per prompt and mode (median reported). Every
     speculative output is checked against its greedy one: exit 1 on any difference.
+
+    With --temperature > 0 (or a card that samples) the baseline is plain sampling with the same
+    warping and seed, speculative sampling is timed against it, and speedup is per token (the
+    two runs may stop at different lengths); outputs are equal in distribution, not compared.
 
     Examples:
 
@@ -460,8 +468,6 @@ def bench(
     check("command line", "--repeats", repeats, _int(1, 1000))
     if limit is not None:
         check("command line", "--limit", limit, _int(1, 1_000_000))
-    if seed is not None and agrees is None:
-        raise SpecdecError("command line: --seed: only the synthetic draft of --agree-sweep uses a seed")
     if seed is not None:
         check("command line", "--seed", seed, _int(0, 2**63 - 1))
     if draft_cost is not None:
@@ -487,8 +493,18 @@ def bench(
 
     if vs_transformers:
         measure.check_peer(load_card(card))  # before minutes of loading
-    # bench times greedy decoding (exact per token, checked): a card's sampling settings are ignored
-    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype, temperature=0.0)
+    sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed if agrees is None else None)
+    sampled = override(load_card(card), **sampling).temperature > 0  # checked before the long load
+    if sampled and agrees is not None:
+        raise SpecdecError("command line: --agree-sweep: the synthetic draft's agreement is defined for greedy "
+                           "decoding; drop --temperature (or use a card with temperature 0)")
+    if sampled and vs_transformers:
+        raise SpecdecError("command line: --vs-transformers: compares greedy outputs token for token; "
+                           "drop --temperature (or use a card with temperature 0)")
+    if seed is not None and agrees is None and not sampled:
+        raise SpecdecError("command line: --seed: seeds the synthetic draft (--agree-sweep) or sampling "
+                           "(--temperature > 0); neither is on")
+    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype, **sampling)
 
     c = pair.card
     peer = measure.transformers_peer(pair, c.k) if vs_transformers else None
@@ -510,7 +526,8 @@ def bench(
     summary = measure.summarize(rows)
     done = len({r.name for r in rows})
     title = (f"card {c.name} · {pair.device} {pair.dtype_name} · {done} prompts · max {c.max_tokens} tokens · "
-             f"median of {repeats}" + (f" · INTERRUPTED after {done} of {len(items)} prompts" if interrupted else ""))
+             f"median of {repeats}" + (f" · SAMPLING T={c.temperature} top-k={c.top_k} top-p={c.top_p} seed={c.seed}: "
+                                       "'greedy' columns are plain sampling" if sampled else "") + (f" · INTERRUPTED after {done} of {len(items)} prompts" if interrupted else ""))
     bench_rows = [r for r in summary if isinstance(r, measure.Row)]
     peer_rows = [r for r in summary if isinstance(r, measure.PeerRow) and r.scope == "all"]
     if as_json and not interrupted:
@@ -537,10 +554,13 @@ def bench(
 
         sweep_plot([r for r in bench_rows if r.scope == "all"], plot, f"{pair.card.target} · {title}")
         err.print(f"wrote {plot}", highlight=False)
-    differ = [r for r in rows if isinstance(r, measure.Row) and not r.identical]
+    differ = [r for r in rows if isinstance(r, measure.Row) and r.identical is False]
     peers_differ = [r for r in rows if isinstance(r, measure.PeerRow) and not r.identical]
-    checked = sum(isinstance(r, measure.Row) for r in rows)
-    err.print(("[green]" if not differ else "[red]") + f"{checked - len(differ)}/{checked} speculative outputs identical to greedy[/]")
+    checked = sum(isinstance(r, measure.Row) and r.identical is not None for r in rows)
+    if sampled:
+        err.print("sampling: outputs are equal in distribution, not token for token (see verify-exactness --temperature)")
+    else:
+        err.print(("[green]" if not differ else "[red]") + f"{checked - len(differ)}/{checked} speculative outputs identical to greedy[/]")
     if peers_differ:
         err.print(f"[red]Error: transformers' output differs from specdec's for {len(peers_differ)} prompt x mode runs[/]")
     if differ or peers_differ:

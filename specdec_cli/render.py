@@ -185,8 +185,9 @@ def bench_csv(rows, context: dict) -> str:
     return buffer.getvalue()
 
 
-def _yes(ok: bool) -> str:
-    return "[green]yes[/]" if ok else "[red]NO[/]"
+def _yes(ok: bool | None) -> str:
+    """None: not applicable (sampled outputs are not expected to match token for token)."""
+    return "[dim]n/a[/]" if ok is None else "[green]yes[/]" if ok else "[red]NO[/]"
 
 
 def bench_table(rows, title: str) -> Table:

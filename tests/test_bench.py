@@ -302,7 +302,7 @@ def test_bench_usage_errors_are_one_line_exit_2(run, tmp_path):
         (("--csv", tmp_path / "nope" / "x.csv"), "does not exist"),
         (("--draft-cost", "0.1"), "--draft-cost: simulates the synthetic draft's cost; needs --agree-sweep"),
         (("--draft-cost", "-1", "--agree-sweep"), "--draft-cost: must be a number of target steps in [0, 100]"),
-        (("--seed", "3"), "--seed: only the synthetic draft of --agree-sweep uses a seed"),
+        (("--seed", "3"), "--seed: seeds the synthetic draft (--agree-sweep) or sampling (--temperature > 0); neither is on"),
         (("--repeats", "0"), "--repeats: must be an integer in 1..1000, got 0"),
         (("--limit", "0"), "--limit: must be an integer in 1..1000000, got 0"),
         (("--vs-transformers",), "--vs-transformers: needs a transformers target"),
@@ -336,7 +336,7 @@ def test_interrupt_keeps_finished_rows(run, monkeypatch):
 def test_summarize_and_theory():
     def row(name, category, tokens, rounds, greedy_s, spec_s, identical=True):
         return bench.Row("prompt", name, category, "d", 4, 0.5, 1, tokens, rounds, rounds + 1, 8, 8, 4, 2,
-                         greedy_s, spec_s, identical, 1.5, 0.1, False)
+                         greedy_s, spec_s, tokens, identical, 1.5, 0.1, False)
 
     rows = [row("a", "x", 10, 5, 1.0, 0.5), row("b", "x", 20, 4, 2.0, 1.0), row("c", "y", 6, 6, 1.0, 2.0, False)]
     out = {(r.scope, r.name): r for r in bench.summarize(rows)}
@@ -363,3 +363,37 @@ def test_smollm2_bench_and_transformers_agree(smollm2_pair):
     assert spec_rows[0].accept_rate == 1.0 and spec_rows[0].verify_rounds == math.ceil(spec_rows[0].tokens / 5)
     assert all(r.tokens == r.hf_tokens for r in peer_rows)
     assert 0 < spec_rows[1].verify_cost and spec_rows[1].draft_cost == 0  # prompt lookup makes no model call
+
+
+# ---------------------------------------------------------------------------- sampling
+def test_bench_sampling_times_speculative_sampling_against_plain_sampling(run):
+    args = ("bench", "-c", "toy", "-r", "1", "-n", "24", "--limit", "1", "-t", "0.8", "--seed", "5", "--json")
+    r = run(*args)
+    assert r.exit_code == 0, r.stderr
+    rows = rows_of(r.stdout, row="bench", scope="prompt")
+    assert len(rows) == 7 and all(x["identical"] is None for x in rows)  # not compared when sampling
+    assert "not token for token" in r.stderr
+    # the same tokens as the library's speculative sampling with the same seed, and reproducible
+    card = load_card("toy")
+    from dataclasses import replace
+
+    pair = load_pair(replace(card, temperature=0.8, seed=5))
+    first = next(p for p in SUITE if p.id == rows[0]["name"])
+    ids = pair.encode(first.text, 24)
+    assert rows[0]["tokens"] == pair.spec(ids, card.k, 24).stats.tokens
+    assert rows[0]["baseline_tokens"] == pair.sample(ids, 24).stats.tokens
+    again = rows_of(run(*args).stdout, row="bench", scope="prompt")
+    assert [x["tokens"] for x in again] == [x["tokens"] for x in rows]
+    assert [x["accepted"] for x in again] == [x["accepted"] for x in rows]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("-t", "0.8", "--agree-sweep"), "--agree-sweep: the synthetic draft's agreement is defined for greedy"),
+    (("-c", "random-llama-1b", "-t", "0.8", "--vs-transformers"), "--vs-transformers: compares greedy outputs"),
+    (("--seed", "3"), "--seed: seeds the synthetic draft (--agree-sweep) or sampling"),
+    (("-t", "-1"), "--temperature"),
+])
+def test_bench_sampling_usage_errors(run, extra, message):
+    card = () if "-c" in extra else ("-c", "toy")
+    r = run("bench", *card, "-r", "1", "-n", "8", "--limit", "1", *extra)  # errors come before any load
+    assert r.exit_code == 2 and message in r.stderr and r.stderr.startswith("Error: "), r.stderr
