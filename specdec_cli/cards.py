@@ -16,7 +16,16 @@ import yaml
 
 from .errors import SpecdecError
 
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "cards"
+def _builtin_dir() -> Path:
+    """The copy installed with the package (specdec_cli.builtin_cards), or the checkout's cards/."""
+    here = Path(__file__).resolve().parent
+    for folder in (here / "builtin_cards", here.parent / "cards"):
+        if folder.is_dir():
+            return folder
+    return here.parent / "cards"
+
+
+BUILTIN_DIR = _builtin_dir()
 DRAFT_KINDS = ("model", "prompt-lookup", "early-exit", "toy", "synthetic")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
