@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_cli.cards import DraftSpec
 from specdec_cli.decoding import greedy_decode, speculative_decode, stop
 from specdec_cli.drafts import AdaptiveK, ModelDraft, OracleDraft, PromptLookupDraft
 from specdec_cli.models import early_exit, load, parse_ref
