@@ -62,7 +62,7 @@ def main(bench_path: str, sweep_path: str, plot: str, command: str) -> str:
         f"{sweep[0]['repeats'] if sweep else '–'}).",
         f"- machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}, {versions}; "
         f"{datetime.date.today().isoformat()}.",
-        "- **Noise:** this machine is a shared 2-core VM; other jobs ran beside the benchmark, so wall "
+        "- **Noise:** this machine is a shared 2-core VM, so wall "
         "times (tok/s, speedups) can move by tens of percent between runs. Counts (tokens, verify rounds, "
         "acceptance) are exact and reproducible. Greedy and speculative runs of a prompt are timed back "
         "to back in each repeat, so drift hits both alike."
