@@ -38,16 +38,21 @@ def read_stdin() -> str | None:
     return text if text.strip() else None
 
 
-def parse_ks(text: str, option: str = "-k") -> list[int]:
-    ks = []
+def parse_list(text: str, option: str, convert, checker, what: str) -> list:
+    """A comma-separated option value, each item converted and checked like a card field."""
+    values = []
     for item in text.split(","):
         try:
-            value = int(item)
+            value = convert(item)
         except ValueError:
-            raise SpecdecError(f"command line: {option}: expected integers separated by commas, got {text!r}") from None
-        check("command line", option, value, _int(1, MAX_K))
-        ks.append(value)
-    return ks
+            raise SpecdecError(f"command line: {option}: expected {what} separated by commas, got {text!r}") from None
+        check("command line", option, value, checker)
+        values.append(value)
+    return values
+
+
+def parse_ks(text: str, option: str = "-k") -> list[int]:
+    return parse_list(text, option, int, _int(1, MAX_K), "integers")
 
 
 def emit_json(obj) -> None:
@@ -273,15 +278,7 @@ class _BareLists(TyperCommand):
 
 
 def parse_agrees(text: str) -> list[float]:
-    values = []
-    for item in text.split(","):
-        try:
-            value = float(item)
-        except ValueError:
-            raise SpecdecError(f"command line: --agree-sweep: expected numbers in [0, 1] separated by commas, got {text!r}") from None
-        check("command line", "--agree-sweep", value, _prob)
-        values.append(value)
-    return values
+    return parse_list(text, "--agree-sweep", float, _prob, "numbers in [0, 1]")
 
 
 def check_unique(option: str, values: list) -> None:
