@@ -13,20 +13,13 @@ from specdec_cli.models import early_exit, load, parse_ref
 from specdec_cli.toy import ToyLM
 
 from .conftest import DATA
+from .toys import reference  # greedy with no cache and no rollback
 
 NO_EOS = frozenset()
 
 
 def toy_draft(target, agree, seed=0):
     return OracleDraft(target.greedy_next, target.vocab_size, agree, seed, target.device, "toy")
-
-
-def manual_greedy(target, prompt, n):
-    """Greedy by recomputing every prefix from scratch: no cache, no rollback."""
-    tokens = list(prompt)
-    for _ in range(n):
-        tokens.append(target.greedy_next(tokens))
-    return tokens[len(prompt):]
 
 
 @pytest.mark.parametrize("agree", [0.0, 0.3, 0.7, 1.0])
@@ -36,7 +29,7 @@ def test_speculative_equals_greedy_on_toy(agree, k):
     prompt = [5, 9, 2, 7]
     greedy = greedy_decode(target, prompt, 120, NO_EOS)
     spec = speculative_decode(target, toy_draft(target, agree, seed=k), prompt, k, 120, NO_EOS)
-    assert spec.tokens == greedy.tokens == manual_greedy(target, prompt, 120)
+    assert spec.tokens == greedy.tokens == reference(target, prompt, 120)
     s = spec.stats
     assert s.tokens == 120 == sum(r.emitted for r in spec.rounds)
     assert s.verify_rounds == len(spec.rounds) and s.target_forwards == s.verify_rounds + 1
@@ -75,7 +68,7 @@ def first_eos_prompt(target, eos=0, limit=40):
     """A prompt whose greedy continuation hits EOS within `limit` tokens, and where."""
     for a in range(1, 60):
         prompt = [a, a + 1]
-        out = manual_greedy(target, prompt, limit)
+        out = reference(target, prompt, limit)
         if eos in out:
             return prompt, out.index(eos)
     raise AssertionError("no prompt reaches EOS")
@@ -87,7 +80,7 @@ def test_eos_is_emitted_and_ends_generation(agree):
     prompt, at = first_eos_prompt(target)
     greedy = greedy_decode(target, prompt, 100, frozenset([0]))
     spec = speculative_decode(target, toy_draft(target, agree), prompt, 6, 100, frozenset([0]))
-    assert greedy.tokens == spec.tokens == manual_greedy(target, prompt, at + 1)
+    assert greedy.tokens == spec.tokens == reference(target, prompt, at + 1)
     assert spec.tokens[-1] == 0 and 0 not in spec.tokens[:-1]
 
 
@@ -96,14 +89,14 @@ def test_max_tokens_is_exact_and_eos_at_the_limit_counts():
     prompt, at = first_eos_prompt(target)
     for n in (1, at, at + 1):
         spec = speculative_decode(target, toy_draft(target, 1.0), prompt, 8, n, frozenset([0]))
-        assert spec.tokens == manual_greedy(target, prompt, min(n, at + 1))
+        assert spec.tokens == reference(target, prompt, min(n, at + 1))
         assert len(spec.tokens) == n
 
 
 def test_one_token_prompt_and_max_tokens_one():
     target = ToyLM()
-    assert speculative_decode(target, toy_draft(target, 1.0), [7], 4, 1, NO_EOS).tokens == manual_greedy(target, [7], 1)
-    assert greedy_decode(target, [7], 5, NO_EOS).tokens == manual_greedy(target, [7], 5)
+    assert speculative_decode(target, toy_draft(target, 1.0), [7], 4, 1, NO_EOS).tokens == reference(target, [7], 1)
+    assert greedy_decode(target, [7], 5, NO_EOS).tokens == reference(target, [7], 5)
 
 
 def test_stop_rule():
@@ -133,7 +126,7 @@ def test_adaptive_k_grows_after_full_accepts_and_stays_exact():
     draft = AdaptiveK(toy_draft(target, 1.0), start=1)
     spec = speculative_decode(target, draft, [1, 2], 8, 60, NO_EOS)
     assert [r.drafted for r in spec.rounds[:5]] == [1, 3, 5, 7, 8]
-    assert spec.tokens == manual_greedy(target, [1, 2], 60)
+    assert spec.tokens == reference(target, [1, 2], 60)
 
 
 # ---------------------------------------------------------------- tiny random transformers models
