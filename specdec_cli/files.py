@@ -43,3 +43,10 @@ def _mode(path: Path) -> int:
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def cache_dir(*parts: str) -> Path:
+    """Where specdec keeps files for the user (cost profiles, fetched models):
+    $XDG_CACHE_HOME/specdec, else ~/.cache/specdec. Not created here."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "specdec" / Path(*parts) if parts else Path(base).expanduser() / "specdec"

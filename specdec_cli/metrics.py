@@ -26,6 +26,7 @@ class Stats:
     accepted: int = 0
     drafted_at: list[int] = field(default_factory=list)  # per draft position 1..k
     accepted_at: list[int] = field(default_factory=list)
+    reached_at: list[int] = field(default_factory=list)  # proposed after every earlier one was accepted
     wall_s: float = 0.0  # decode time after loading, prefill included
 
     def observe(self, r: Round) -> None:
@@ -38,9 +39,11 @@ class Stats:
         if grow > 0:
             self.drafted_at += [0] * grow
             self.accepted_at += [0] * grow
+            self.reached_at += [0] * grow
         for i in range(r.drafted):
             self.drafted_at[i] += 1
             self.accepted_at[i] += i < r.accepted
+            self.reached_at[i] += i <= r.accepted
 
     @property
     def accept_rate(self) -> float | None:
@@ -58,6 +61,11 @@ class Stats:
     def accept_by_position(self) -> list[float]:
         return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
 
+    @property
+    def alpha_by_position(self) -> list[float]:
+        """α_j: the chance proposal j is accepted given 1..j-1 were (what the cost model uses)."""
+        return [a / r if r else 0.0 for a, r in zip(self.accepted_at, self.reached_at)]
+
     def as_dict(self) -> dict:
         return {
             "tokens": self.tokens,
@@ -69,6 +77,7 @@ class Stats:
             "accept_rate": self.accept_rate,
             "tokens_per_round": self.tokens_per_round,
             "accept_by_position": self.accept_by_position,
+            "alpha_by_position": self.alpha_by_position,
             "wall_s": self.wall_s,
             "tokens_per_s": self.tokens_per_s,
         }
@@ -79,6 +88,23 @@ def speedup(greedy: Stats, spec: Stats) -> float | None:
     return greedy.wall_s / spec.wall_s if spec.wall_s > 0 else None
 
 
+def predict(rounds: list[Round], alphas: list[float], c: float, v, context: int) -> tuple[float, float]:
+    """The cost model's account of a run from the proposals it actually made: (expected tokens,
+    cost in 1-token target steps), summed over rounds. A round proposing d tokens is expected
+    to emit E[d] = 1 + α_1 + α_1·α_2 + … and to cost d·c + v(d+1) at its context length;
+    greedy costs 1 step per token, so predicted speedup = tokens / steps."""
+    tokens = steps = 0.0
+    for r in rounds:
+        run, expected = 1.0, 1.0
+        for a in alphas[: r.drafted]:
+            run *= a
+            expected += run
+        tokens += expected
+        steps += r.drafted * c + v(r.drafted + 1, context)
+        context += r.emitted
+    return tokens, steps
+
+
 def expected_tokens_per_round(a: float, k: int) -> float:
     """Leviathan et al. 2023: E[tokens per round] = (1 - a^(k+1)) / (1 - a)."""
     return float(k + 1) if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
@@ -87,5 +113,5 @@ def expected_tokens_per_round(a: float, k: int) -> float:
 def expected_speedup(a: float, k: int, c: float, verify: float = 1.0) -> float:
     """Expected wall speedup when a draft step costs c target steps and a k+1-token verify
     costs `verify` target steps (1 in the paper): (1 - a^(k+1)) / ((1 - a)(k c + verify)).
-    An upper bound in practice: it ignores the loop's own overhead (host syncs, bookkeeping)."""
+    A prediction, not a bound: it assumes k proposals every round and i.i.d. agreement a."""
     return expected_tokens_per_round(a, k) / (k * c + verify)

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from .errors import SpecdecError
+from .files import cache_dir
 from .toy import ToyLM, ToyTokenizer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -86,6 +87,13 @@ def parse_ref(ref: str, base: Path) -> ModelRef:
         path = Path(list(spec.submodule_search_locations)[0]) / file
         if not path.is_file():
             raise SpecdecError(f"model reference '{ref}': package '{package}' has no file '{file}'")
+        return _file_ref(path, ref)
+    if ref.startswith("fetched:"):
+        # A file `specdec fetch` assembled into the user cache; pair.check_before_load has
+        # already said which command fetches it when it is missing.
+        path = cache_dir("models") / ref[8:]
+        if not path.is_file():
+            raise SpecdecError(f"model reference '{ref}': not fetched yet (no file {path}); run `specdec fetch CARD`")
         return _file_ref(path, ref)
     if ref.startswith("random:"):
         path = _local(ref[7:], base)
@@ -184,12 +192,24 @@ class ToyTokenizerAdapter(ToyTokenizer):
 
 # ---------------------------------------------------------------------------- models
 class HFLM:
-    """A transformers causal LM behind the small interface above (batch size 1)."""
+    """A transformers causal LM behind the small interface above (batch size 1).
+
+    With `keep_hidden` on (a features draft sets it), each forward also keeps `hidden`: the
+    final hidden states [S, H] of all S positions fed (what the LM head reads), taken from the
+    decoder's output by a hook held only during the call, so the logits come from transformers'
+    own unchanged path. `hidden_start` (cache length before that forward), `hidden_ids` (ids
+    fed) and `version` (forwards that kept one) tell a reader whether `hidden` is the one it
+    expects."""
+
+    keep_hidden = False
+    hidden, hidden_ids, hidden_start, version = None, None, 0, 0
 
     def __init__(self, model, config=None):
         self.model = model.eval()
         self.config = config or model.config
-        self.device = model.device
+        # Where input ids go: the embedding's device. Same as model.device on one device; with
+        # device_map: auto the layers sit on several devices and this is the first of them.
+        self.device = model.get_input_embeddings().weight.device
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         text = self.config.get_text_config(decoder=True)
         self.max_positions = getattr(text, "max_position_embeddings", None)
@@ -204,7 +224,19 @@ class HFLM:
         return cache
 
     def forward(self, ids: torch.Tensor, cache, keep: int = 0) -> torch.Tensor:
-        return self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
+        if not self.keep_hidden:
+            return self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
+        start, self.hidden = cache.get_seq_length(), None  # None unless the hook fires
+        hook = self.model.get_decoder().register_forward_hook(self._keep)
+        try:
+            logits = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
+        finally:
+            hook.remove()
+        self.hidden_ids, self.hidden_start, self.version = ids[0], start, self.version + 1
+        return logits
+
+    def _keep(self, module, args, output) -> None:
+        self.hidden = output[0][0]  # last_hidden_state [1, S, H] -> [S, H]
 
 
 def early_exit(lm: HFLM, layers: int) -> HFLM:
@@ -235,8 +267,12 @@ def early_exit(lm: HFLM, layers: int) -> HFLM:
 
 
 def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False,
-         revision: str | None = None, toy_vocab: int = 64, toy_seed: int = 0):
-    """Load (model, tokenizer) for a reference. Errors become one-line SpecdecErrors."""
+         revision: str | None = None, toy_vocab: int = 64, toy_seed: int = 0, device_map: str | None = None):
+    """Load (model, tokenizer) for a reference. Errors become one-line SpecdecErrors.
+
+    device_map="auto" (hub, directory and GGUF references; cards.py refuses it for toy and
+    random targets): accelerate places the layers over every visible GPU, then CPU, instead of
+    `.to(device)`; the model's input device is then its embedding's (HFLM.device)."""
     if ref.kind == "toy":
         return ToyLM(toy_vocab, toy_seed), ToyTokenizerAdapter(toy_vocab)
     import transformers
@@ -265,8 +301,9 @@ def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_c
         # Weights: transformers reads model.safetensors when a checkpoint has one and falls back
         # to pytorch_model.bin only when it has none; .bin goes through torch.load(weights_only=
         # True), which cannot run code. Pinned here so a changed default cannot loosen it.
-        model = AutoModelForCausalLM.from_pretrained(ref.source, dtype=dtype, weights_only=True, **kwargs).to(device)
-        lm = HFLM(model)
+        placed = {"device_map": device_map} if device_map else {}
+        model = AutoModelForCausalLM.from_pretrained(ref.source, dtype=dtype, weights_only=True, **placed, **kwargs)
+        lm = HFLM(model if device_map else model.to(device))
     except Exception as e:
         raise SpecdecError(f"cannot load model '{name}': {first_line(e)}") from None
     return lm, HFTokenizer(tok)

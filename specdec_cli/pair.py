@@ -7,16 +7,21 @@ requests interleaved gives the same outputs as running each alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 
 from .cards import Card, DraftSpec
 from .decoding import Result, greedy_decode, prefill, speculative_decode
-from .drafts import AdaptiveK, Draft, ModelDraft, OracleDraft, PromptLookupDraft, SyntheticDraft
+from . import costs as cost_model
+from . import features
+from .drafts import Draft, ModelDraft, OracleDraft, PromptLookupDraft, SyntheticDraft
 from .errors import SpecdecError
+from .memory import peak_rss_mb
 from .metrics import speedup
 from .models import HFLM, ModelRef, check_vocab, early_exit, load, parse_ref, resolve_device, resolve_dtype
 from .sampling import Sampling, sample_decode, speculative_sample
+from .schedule import Cost, Fixed, Heuristic, Scheduled, lookup_prior
 from .toy import ToyLM
 
 
@@ -31,27 +36,47 @@ class Pair:
     device: torch.device
     dtype: torch.dtype
     references: dict = field(default_factory=dict)  # prompt ids -> greedy tokens (synthetic drafts)
+    costs: cost_model.CostProfile | None = None  # measured (or read from the cache) on first use
+    remeasure: bool = False  # ignore a cached cost profile once
 
     @property
     def dtype_name(self) -> str:
         return str(self.dtype).removeprefix("torch.")
 
+    def prepare(self, k: int, draft=None) -> None:
+        """Before timing: a draft under the cost schedule needs the cost profile; get it now."""
+        draft = draft or self.draft
+        if any(isinstance(getattr(d, "schedule", None), Cost) for d in draft_chain(draft)):
+            self.cost_profile((draft,), k + 1)
+
+    def cost_profile(self, drafts: tuple = (), widths: int = cost_model.MIN_WIDTHS) -> cost_model.CostProfile:
+        """The target's verify cost curve (n = 1..widths) and each draft's cost per proposed
+        token on this machine: cached per model/device/dtype/threads/torch, measured once."""
+        paying = {d.name: d for d in map(innermost, drafts) if hasattr(d, "step_seconds")}
+        have = self.costs
+        if have is None or have.widths < widths or any(name not in have.draft_s for name in paying):
+            ref = model_ref(self.card, "target", self.card.target)
+            name = str(Path(ref.source) / ref.gguf_file) if ref.gguf_file else ref.source
+            self.costs = cost_model.profile(self.target, name, self.card.revision, paying, widths, self.remeasure)
+            self.remeasure = False
+        return self.costs
+
     # -- requests -------------------------------------------------------------------------
-    def encode(self, prompt: str, max_tokens: int) -> list[int]:
+    def encode(self, prompt: str, max_tokens: int, drafts: tuple = ()) -> list[int]:
+        """The prompt's ids, checked to fit the context window of the target and of every model
+        draft that will run it (the card's draft and `drafts`) with max_tokens to generate."""
         if not prompt.strip():
             raise SpecdecError("prompt is empty")
         ids = self.tokenizer.encode(prompt, chat=self.chat)
         if not ids:
             raise SpecdecError("prompt encodes to no tokens")
-        limit = self.target.max_positions
-        if limit and len(ids) >= limit:
-            raise SpecdecError(f"prompt is {len(ids)} tokens, longer than the target's context window "
-                               f"of {limit} tokens (leaving no room to generate)")
-        if limit and len(ids) + max_tokens > limit:
-            raise SpecdecError(
-                f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) exceeds the target's "
-                f"context window of {limit} tokens (use --max-tokens {limit - len(ids)} or less)"
-            )
+        check_window(len(ids), max_tokens, "target", self.target.max_positions)
+        for draft in (d for d in (self.draft, *drafts) if d is not None):
+            inner = draft_chain(draft)[-1]  # the model draft inside any schedule wrapper
+            try:
+                check_window(len(ids), max_tokens, "draft", context_window(inner))
+            except SpecdecError as e:
+                raise SpecdecError(f"draft {inner.name}: {e}") from None
         return ids
 
     def greedy(self, prompt_ids: list[int], max_tokens: int) -> Result:
@@ -107,6 +132,40 @@ class Pair:
         return float(top[0] - top[1])
 
 
+def check_window(prompt_tokens: int, max_tokens: int, whose: str, limit: int | None) -> None:
+    """A model sees prompt + max_tokens - 1 positions at most: refuse, before generating, a
+    request its context window (`limit`; None = unbounded) cannot hold."""
+    if limit and prompt_tokens >= limit:
+        raise SpecdecError(f"prompt is {prompt_tokens} tokens, longer than the {whose}'s context window "
+                           f"of {limit} tokens (leaving no room to generate)")
+    if limit and prompt_tokens + max_tokens > limit:
+        raise SpecdecError(
+            f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the {whose}'s "
+            f"context window of {limit} tokens (use --max-tokens {limit - prompt_tokens} or less)"
+        )
+
+
+def draft_chain(draft) -> list:
+    """A draft and the drafts it wraps (adaptive k, a schedule, a simulated cost: each wrapper
+    holds the draft it wraps as `.draft`), outermost first."""
+    out = [draft]
+    while hasattr(out[-1], "draft"):
+        out.append(out[-1].draft)
+    return out
+
+
+def context_window(draft) -> int | None:
+    """A model draft's context window (None: the draft runs no model of its own that has one,
+    e.g. prompt lookup; an early-exit view shares the target's)."""
+    return getattr(getattr(draft_chain(draft)[-1], "lm", None), "max_positions", None)
+
+
+def needs_reference(draft) -> bool:
+    """Does the draft read the target's greedy reference (the synthetic draft)? Then a greedy
+    run of the same prompt must come first."""
+    return any(getattr(d, "needs_reference", False) for d in draft_chain(draft))
+
+
 def eos_ids(target, tokenizer) -> frozenset[int]:
     """The ids that end generation: the model's generation config, else the tokenizer's EOS."""
     gen = getattr(getattr(target, "model", None), "generation_config", None)
@@ -118,15 +177,24 @@ def eos_ids(target, tokenizer) -> frozenset[int]:
     return frozenset([ids] if isinstance(ids, int) else ids)
 
 
+def innermost(draft):
+    return draft_chain(draft)[-1]
+
+
 def build_draft(spec: DraftSpec, pair: Pair) -> Draft:
-    """The one factory: a DraftSpec and a loaded target -> a draft."""
+    """The one factory: a DraftSpec and a loaded target -> a draft, wrapped in its schedule."""
     draft = _build(spec, pair)
-    return AdaptiveK(draft) if spec.adaptive else draft
+    if spec.schedule == "fixed":
+        return draft
+    if spec.schedule == "heuristic":
+        return Scheduled(draft, Heuristic())
+    prior = lookup_prior if spec.kind == "prompt-lookup" else (lambda key: 0.6)
+    return Scheduled(draft, Cost(lambda widths: pair.cost_profile((draft,), widths), draft.name, prior))
 
 
 def _build(spec: DraftSpec, pair: Pair) -> Draft:
     target, card = pair.target, pair.card
-    label = replace(spec, adaptive=False).label()
+    label = replace(spec, schedule="fixed").label()
     if spec.kind == "prompt-lookup":
         return PromptLookupDraft(target.device, spec.max_ngram, spec.min_ngram, name=label)
     if spec.kind == "toy":
@@ -137,6 +205,13 @@ def _build(spec: DraftSpec, pair: Pair) -> Draft:
         return SyntheticDraft(pair.references, target.vocab_size, spec.agree, spec.seed, target.device, label)
     if not isinstance(target, HFLM):
         raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs a transformers target, got '{card.target}'")
+    if spec.kind == "features":
+        path = weights_path(card, spec)
+        try:
+            block, vocab_ids, meta = features.load(path, target)
+        except SpecdecError as e:
+            raise SpecdecError(f"{card.path}: draft.weights: {path}: {e}") from None
+        return features.FeatureDraft(target, block, vocab_ids, name=label, meta=meta)
     if spec.kind == "early-exit":
         try:
             view = early_exit(target, spec.layers)
@@ -144,7 +219,7 @@ def _build(spec: DraftSpec, pair: Pair) -> Draft:
             raise SpecdecError(f"{card.path}: draft.layers: {e}") from None
         return ModelDraft(view, target.vocab_size, name=label)
     ref = model_ref(card, "draft.model", spec.model)
-    model, tok = load(ref, pair.device, pair.dtype, card.trust_remote_code, None)
+    model, tok = load(ref, pair.device, pair.dtype, card.trust_remote_code, spec.revision)
     if not isinstance(model, HFLM):
         raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
     try:
@@ -154,12 +229,13 @@ def _build(spec: DraftSpec, pair: Pair) -> Draft:
     return ModelDraft(model, shared, name=label)
 
 
-def check_prompts(pair: Pair, prompts: list, max_tokens: int) -> None:
+def check_prompts(pair: Pair, prompts: list, max_tokens: int, drafts: tuple = ()) -> None:
     """Encode every prompt of a batch before decoding any: a bad one (empty, too long for the
-    context window) fails the batch up front, by its id, not after the others ran."""
+    context window of the target or a draft) fails the batch up front, by its id, not after
+    the others ran."""
     for prompt in prompts:
         try:
-            pair.encode(prompt.text, max_tokens)
+            pair.encode(prompt.text, max_tokens, drafts)
         except SpecdecError as e:
             raise SpecdecError(f"prompt '{prompt.id}': {e}") from None
 
@@ -176,22 +252,40 @@ def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = ()) -> ModelRe
     """Everything about a card and its drafts that can be checked without loading a model
     (loads take seconds to minutes): model references resolve, files exist and are what they
     claim, each draft kind fits the target. Returns the target's reference."""
+    from .fetch import require_fetched
+
+    require_fetched(card, drafts)  # a model not fetched yet: the command that fetches it, and its size
     target = model_ref(card, "target", card.target)
     for spec in (card.draft, *drafts):
         if spec.kind == "toy" and target.kind != "toy":
             raise SpecdecError(f"{card.path}: draft.kind: 'toy' needs the toy target, got target '{card.target}'")
-        if spec.kind in ("model", "early-exit") and target.kind == "toy":
+        if spec.kind in ("model", "early-exit", "features") and target.kind == "toy":
             raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs a transformers target, got '{card.target}'")
         if spec.kind == "model" and model_ref(card, "draft.model", spec.model).kind == "toy":
             raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
+        if spec.kind == "features":
+            path = weights_path(card, spec)
+            try:
+                features.read_header(path)
+            except SpecdecError as e:
+                raise SpecdecError(f"{card.path}: draft.weights: {path}: {e}") from None
     return target
+
+
+def weights_path(card: Card, spec: DraftSpec) -> Path:
+    """A features draft's weights file; a relative path is relative to the card's folder."""
+    path = Path(spec.weights).expanduser()
+    return path if path.is_absolute() else card.folder / path
 
 
 def load_pair(card: Card) -> Pair:
     target_ref = check_before_load(card)
     device = resolve_device(card.device)
     dtype = resolve_dtype(card.dtype, device)
-    target, tokenizer = load(target_ref, device, dtype, card.trust_remote_code, card.revision)
+    # device_map: auto spreads the target over the GPUs; the draft then goes to target.device,
+    # the first of them (where the embedding, and so every input, lives)
+    target, tokenizer = load(target_ref, device, dtype, card.trust_remote_code, card.revision,
+                             device_map=card.device_map)
     if card.chat_template is True and not tokenizer.has_chat_template():
         raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")
     chat = tokenizer.has_chat_template() if card.chat_template == "auto" else card.chat_template
@@ -209,6 +303,7 @@ class Generation:
     greedy: Result | None  # the target alone: greedy, or plain sampling when `sampled`
     spec: Result | None
     sampled: bool = False  # temperature > 0: both runs are exact in distribution, not per token
+    peak_rss_mb: float | None = None  # the process's peak resident memory after the runs (pair loaded)
 
     @property
     def identical(self) -> bool | None:
@@ -228,10 +323,12 @@ def generate(pair: Pair, prompt: str, mode: str, k: int, max_tokens: int) -> Gen
     """Run one prompt greedy and/or speculative (greedy first: synthetic drafts need it).
     At temperature > 0 the target-alone run is plain sampling; both runs use the card's seed."""
     ids = pair.encode(prompt, max_tokens)
+    if mode != "greedy":
+        pair.prepare(k)  # measure (or read) the cost profile now, not inside the timed run
     sampled = not pair.sampling.greedy
     alone = pair.sample if sampled else pair.greedy
     greedy = alone(ids, max_tokens) if mode in ("greedy", "both") else None
-    if mode != "greedy" and pair.draft.name.startswith("synthetic"):
+    if mode != "greedy" and needs_reference(pair.draft):
         pair.reference(ids, max_tokens)
     spec = pair.spec(ids, k, max_tokens) if mode in ("spec", "both") else None
-    return Generation(prompt, ids, k, greedy, spec, sampled)
+    return Generation(prompt, ids, k, greedy, spec, sampled, peak_rss_mb())

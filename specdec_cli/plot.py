@@ -65,7 +65,7 @@ def _by_agreement(left, right, synthetic, card) -> None:
         left.plot([r.agree for r in pts], [_num(r.tokens_per_round) for r in pts], "o", color=color)
         cost = f"c={c:.2f}" + (" simulated" if pts[0].draft_cost_simulated else "")
         right.plot(grid, [expected_speedup(a, k, c, verify=v) for a in grid], color=color,
-                   label=f"k={k}: bound with v={v:.2f}, {cost}")
+                   label=f"k={k}: predicted with v={v:.2f}, {cost}")
         right.plot([r.agree for r in pts], [_num(r.speedup) for r in pts], "o", color=color)
     for r in card:
         if r.agreement_est is None:
@@ -73,7 +73,7 @@ def _by_agreement(left, right, synthetic, card) -> None:
         color = colors.get(r.k, "black")
         left.plot([r.agreement_est], [_num(r.tokens_per_round)], "*", color=color, markersize=14, markeredgecolor="black")
         right.plot([r.agreement_est], [_num(r.speedup)], "*", color=color, markersize=14, markeredgecolor="black")
-    left.legend(fontsize=9, loc="upper left", title="theory lines, measured dots")
+    left.legend(fontsize=9, loc="upper left", title="theory lines (predictions), measured dots")
     for ax in (left, right):
         ax.set_xlabel("per-token agreement a (synthetic draft: set; card draft: measured)")
         ax.set_xlim(-0.02, 1.02)
@@ -83,9 +83,9 @@ def _by_k(left, right, card) -> None:
     pts = sorted(card, key=lambda r: r.k)
     ks = [r.k for r in pts]
     label = f"{pts[0].draft}" if pts else ""
-    left.plot(ks, [_num(r.theory_tokens_per_round) for r in pts], "-", color="C0", label="theory at its measured a")
+    left.plot(ks, [_num(r.predicted_tokens_per_round) for r in pts], "-", color="C0", label="predicted (cost model)")
     left.plot(ks, [_num(r.tokens_per_round) for r in pts], "o", color="C0", label=f"measured: {label}")
-    right.plot(ks, [_num(r.theory_speedup) for r in pts], "-", color="C1", label="bound with measured v and c")
+    right.plot(ks, [_num(r.predicted_speedup) for r in pts], "-", color="C1", label="predicted with measured v and c")
     right.plot(ks, [_num(r.speedup) for r in pts], "o", color="C1", label=f"measured: {label}")
     left.legend(fontsize=9, loc="upper left")
     for ax in (left, right):

@@ -36,6 +36,9 @@ def generation_json(gen, pair) -> dict:
     if gen.spec and gen.greedy:
         out["identical"] = gen.identical
         out["speedup"] = gen.speedup
+    out["peak_rss_mb"] = gen.peak_rss_mb
+    if pair.costs is not None:
+        out["cost_profile"] = pair.costs.as_dict()
     return out
 
 
@@ -88,6 +91,7 @@ def summary_table(gen, pair) -> Table:
         table.add_column(name, justify="right")
     rows = [("tokens", lambda s: str(s.tokens)),
             ("verify rounds", lambda s: str(s.verify_rounds)),
+            ("drafted/round", lambda s: fmt(s.drafted / s.verify_rounds if s.verify_rounds else None)),
             ("tokens/round", lambda s: fmt(s.tokens_per_round)),
             ("acceptance rate", lambda s: fmt(s.accept_rate, ".1%")),
             ("target forwards", lambda s: str(s.target_forwards)),
@@ -102,7 +106,18 @@ def summary_table(gen, pair) -> Table:
             table.add_row("identical", "", f"{'yes' if gen.identical else 'no'} [dim](sampling: not expected)[/]")
         else:
             table.add_row("identical", "", "[green]yes[/]" if gen.identical else "[red]NO[/]")
+    if pair.costs is not None and gen.spec:
+        table.caption, table.caption_justify = cost_caption(pair.costs, gen.k), "left"
     return table
+
+
+def cost_caption(profile, k: int) -> str:
+    """One line on what the cost schedule priced rounds with (measured on this machine)."""
+    where = "cached" if profile.cached else f"measured in {profile.measured_s:.1f} s"
+    curve = " ".join(f"{v:.2f}" for v in profile.curve(profile.contexts[0])[: k + 1])
+    drafts = ", ".join(f"{name} c={profile.c(name):.2f}" for name in profile.draft_s) or "draft makes no model call (c=0)"
+    return (f"cost profile ({where}): target step {profile.step_s * 1e3:.1f} ms; verify cost v(n), n=1..{k + 1}, "
+            f"in steps: {curve}; {drafts}")
 
 
 def show_generation(gen, pair, out: Console, err: Console, rounds: bool) -> None:
@@ -194,37 +209,45 @@ def bench_table(rows, title: str) -> Table:
     """Greedy vs speculative per prompt category, then over all prompts (one configuration)."""
     table = Table(title=title, title_justify="left", caption_justify="left",
                   caption="tok/s and speedup: median over repeats per prompt, summed over prompts; "
-                          "speedup = greedy time / speculative time for the same tokens")
-    for col in ("category", "prompts", "tokens", "accept rate", "tokens/round", "verify rounds",
-                "greedy tok/s", "spec tok/s", "speedup", "identical"):
+                          "speedup = greedy time / speculative time for the same tokens.\n"
+                          "predicted: the cost model's expectation for the proposals actually made "
+                          "(measured per-position acceptance, measured verify and draft costs)")
+    for col in ("category", "prompts", "tokens", "drafted/round", "accept rate", "tokens/round", "predicted",
+                "verify rounds", "greedy tok/s", "spec tok/s", "speedup", "predicted ", "identical"):
         table.add_column(col, justify="left" if col == "category" else "right")
     for r in rows:
         table.add_row(r.name if r.scope == "category" else "[bold]overall[/]", str(r.prompts), str(r.tokens),
-                      fmt(r.accept_rate, ".1%"), fmt(r.tokens_per_round), str(r.verify_rounds),
-                      fmt(r.greedy_tokens_per_s, ".1f"), fmt(r.tokens_per_s, ".1f"), f"{fmt(r.speedup)}x",
-                      _yes(r.identical), end_section=r.scope == "all")
+                      fmt(r.drafted / r.verify_rounds if r.verify_rounds else None),
+                      fmt(r.accept_rate, ".1%"), fmt(r.tokens_per_round), fmt(r.predicted_tokens_per_round),
+                      str(r.verify_rounds), fmt(r.greedy_tokens_per_s, ".1f"), fmt(r.tokens_per_s, ".1f"),
+                      f"{fmt(r.speedup)}x", f"{fmt(r.predicted_speedup)}x", _yes(r.identical),
+                      end_section=r.scope == "all")
     return table
 
 
 def sweep_table(rows, title: str) -> Table:
-    """One row per configuration over all prompts: measured beside the theory."""
+    """One row per configuration over all prompts: measured beside the predictions."""
     table = Table(title=title, title_justify="left", caption_justify="left", caption=(
         "a set: the synthetic draft's agreement (proposes the target's greedy token with probability a). "
         "a meas.: accepted / (accepted + rejected rounds), the per-token agreement estimate; "
         "accept rate: accepted / drafted.\n"
-        "theory (Leviathan et al. 2023) at a set, or a meas. for the card's draft: tokens/round = "
-        "(1-a^(k+1))/(1-a); speedup bound = that / (k·c + v), v = measured (k+1)-token verify cost, "
-        "c = draft step cost (measured for model drafts, 0 when the draft makes no model call, "
-        "'sim' = simulated by --draft-cost), both in 1-token target steps."))
+        "theory (Leviathan et al. 2023, a prediction, not a bound) at a set, k proposals every round: "
+        "tokens/round = (1-a^(k+1))/(1-a); speedup = that / (k·c + v), v = measured (k+1)-token verify "
+        "cost, c = draft step cost (measured for model drafts, 0 when the draft makes no model call, "
+        "'sim' = simulated by --draft-cost), both in 1-token target steps.\n"
+        "predicted: the same cost model fed the proposals actually made and the measured per-position "
+        "acceptance (so it also covers the card's draft, whose schedule varies the proposal length)."))
     for col in ("draft", "a set", "k", "accept rate", "a meas.", "tokens/round", "verify rounds",
-                "spec tok/s", "speedup", "theory tok/round", "theory speedup ≤", "v", "c", "identical"):
+                "spec tok/s", "speedup", "theory tok/round", "theory speedup", "predicted tok/round",
+                "predicted speedup", "v", "c", "identical"):
         table.add_column(col, justify="left" if col == "draft" else "right")
     for r in rows:
         c = f"{r.draft_cost:.2f}" + (" sim" if r.draft_cost_simulated else "")
         table.add_row(r.draft if r.agree is None else "synthetic", fmt(r.agree) if r.agree is not None else "card",
                       str(r.k), fmt(r.accept_rate, ".1%"), fmt(r.agreement_est), fmt(r.tokens_per_round),
                       str(r.verify_rounds), fmt(r.tokens_per_s, ".1f"), f"{fmt(r.speedup)}x",
-                      fmt(r.theory_tokens_per_round), f"{fmt(r.theory_speedup)}x", fmt(r.verify_cost), c,
+                      fmt(r.theory_tokens_per_round), f"{fmt(r.theory_speedup)}x",
+                      fmt(r.predicted_tokens_per_round), f"{fmt(r.predicted_speedup)}x", fmt(r.verify_cost), c,
                       _yes(r.identical))
     return table
 
@@ -241,4 +264,23 @@ def peer_table(rows, title: str) -> Table:
         table.add_row(r.mode, r.draft or "-", fmt(r.k, "d"), str(r.tokens), fmt(r.tokens_per_s, ".1f"),
                       fmt(r.hf_tokens_per_s, ".1f"), f"{fmt(r.ratio)}x", str(r.target_forwards),
                       str(r.hf_target_forwards), _yes(r.identical))
+    return table
+
+
+# ---------------------------------------------------------------------------- plan
+def plan_table(rows, profile, title: str) -> Table:
+    """plan's predictions, one row per draft x k x schedule, best marked."""
+    table = Table(title=title, title_justify="left", caption_justify="left", caption=(
+        "alpha_j: teacher-forced acceptance of proposal j given 1..j-1 were, along the target's own greedy "
+        "continuations; tokens/round: exact for the replayed rounds; predicted speedup = tokens / "
+        "sum over rounds of (d·c + v(d+1)), in 1-token target steps.\n" + cost_caption(profile, max(r.k for r in rows))))
+    for col in ("draft", "schedule", "k", "drafted/round", "alpha by position", "tokens/round", "c",
+                "predicted speedup", ""):
+        table.add_column(col, justify="left" if col in ("draft", "schedule", "alpha by position", "") else "right")
+    for r in rows:
+        alphas = " ".join(f"{a:.2f}" for a in r.alpha_by_position[: r.k]) or "-"
+        table.add_row(r.draft, r.schedule, str(r.k) if r.k else "-",
+                      fmt(r.drafted / r.verify_rounds if r.verify_rounds else None), alphas,
+                      fmt(r.predicted_tokens_per_round), fmt(r.draft_cost), f"{fmt(r.predicted_speedup)}x",
+                      "[bold green]recommended[/]" if r.recommended else "")
     return table

@@ -1,24 +1,20 @@
 """Sampling (temperature > 0): plain sampling and speculative sampling, exact in distribution.
 
-Greedy (temperature 0) is exact token for token and lives in decoding.py; callers dispatch
-there. Speculative sampling (Leviathan et al. 2023; Chen et al. 2023) keeps a weaker but still
-exact promise: its output has the same distribution as plain sampling from the target. Both
-loops share decoding.py's prefill, stop rule and statistics, and draw every random number from
-one `torch.Generator`, so a seed fixes the output.
+Greedy (temperature 0) is exact token for token; speculative sampling (Leviathan et al. 2023;
+Chen et al. 2023) keeps a weaker but still exact promise: its output has the same distribution
+as plain sampling from the target. Both run decoding.py's one loop; sampling only swaps in the
+`Sampler` verifier. Every random number comes from one `torch.Generator`, so a seed fixes the
+output.
 """
 
 from __future__ import annotations
 
-import copy
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from .decoding import Result, _elapsed, prefill, stop
-from .drafts import propose_sampled
-from .metrics import Round, Stats
+from .decoding import NoDraft, Result, decode, start_cache  # noqa: F401  (start_cache: re-exported)
 
 
 @dataclass(frozen=True)
@@ -54,8 +50,12 @@ def warp(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float 
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One token id drawn from probs [V] (shape [1], stays on the device)."""
-    return torch.multinomial(probs, 1, generator=generator)
+    """One token id per row of probs [..., V], drawn without a host sync: the exponential race
+    argmax(p / E) with E ~ Exponential(1) i.i.d. picks index i with probability p_i (the
+    smallest of independent exponentials E_i / p_i). torch.multinomial would sync on CUDA."""
+    race = torch.empty_like(probs).exponential_(1, generator=generator)
+    race.clamp_(min=torch.finfo(race.dtype).tiny)  # an exact 0 would make 0/0 = NaN win the argmax
+    return (probs / race).argmax(-1)
 
 
 # The two rules that make speculative sampling exact, kept apart so tests can break them on purpose.
@@ -66,20 +66,10 @@ def accept(u: torch.Tensor, p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tenso
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p - q)), up to the norm (multinomial normalises): where a rejected draft leaves
-    the target's mass. q = 0 gives p itself. p == q leaves nothing (then no rejection can happen,
-    bar rounding): fall back to p."""
+    """norm(max(0, p - q)), up to the norm (sampling needs none). q = 0 gives p itself. p == q
+    leaves nothing (then no rejection can happen, bar rounding): fall back to p."""
     r = (p - q).clamp(min=0)
     return torch.where(r.sum(-1, keepdim=True) > 0, r, p)
-
-
-def start_cache(target, prompt: list[int], prefix=None) -> tuple[object, int]:
-    """A cache holding prompt[:-1], and the forwards that took: a copy of `prefix` (this prompt's
-    prefill, made once by a caller drawing many samples of it) or a fresh prefill."""
-    if prefix is not None:
-        return copy.deepcopy(prefix), 0
-    cache = target.new_cache()
-    return cache, prefill(target, cache, prompt)
 
 
 def _as_q(q: torch.Tensor | None, proposal: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -91,69 +81,50 @@ def _as_q(q: torch.Tensor | None, proposal: torch.Tensor, vocab: int) -> torch.T
     return F.pad(q, (0, vocab - q.shape[-1])) if q.shape[-1] < vocab else q[:, :vocab]
 
 
-@torch.inference_mode()
+class Sampler:
+    """Speculative-sampling verification (Leviathan et al. 2023; Chen et al. 2023): the draft
+    samples from its warped q; keep each proposal x in turn with probability min(1, p(x)/q(x));
+    at the first rejection draw the correction from norm(max(0, p - q)); after a full accept draw
+    the bonus from p. Every emitted token is then distributed as plain sampling from p."""
+
+    def __init__(self, settings: Sampling, generator: torch.Generator):
+        self.settings, self.generator = settings, generator
+
+    def propose(self, draft, tokens: list[int], d: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(tokens [d], q [d, V'] or None); a draft without propose_sampled is deterministic."""
+        if hasattr(draft, "propose_sampled"):
+            return draft.propose_sampled(tokens, d, self.settings.warp, self.generator)
+        return draft.propose(tokens, d), None
+
+    def verify(self, logits: torch.Tensor, proposal: torch.Tensor, q) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits [d+1, V] -> (accepted n: 0-dim, emitted [d+1]): rows 0..n are proposal[:n] and
+        the correction/bonus. Indexing by n is a gather/scatter: no host sync."""
+        d = proposal.shape[0]
+        p = self.settings.warp(logits)  # [d+1, V]: the target's distribution after each prefix
+        q = _as_q(q, proposal, p.shape[-1])  # [d, V]
+        x = proposal[:, None]  # [d, 1]
+        u = torch.rand(d, generator=self.generator, device=p.device)
+        kept = accept(u, p[:d].gather(1, x)[:, 0], q.gather(1, x)[:, 0])  # [d]
+        n = kept.int().cumprod(0).sum()  # accepted = the leading run of kept tokens
+        # Row i < d: the correction if proposal[i] is the first rejected; row d (q = 0): the bonus.
+        fix = sample(residual(p, torch.cat([q, q.new_zeros(1, q.shape[-1])])), self.generator)  # [d+1]
+        at = n.view(1)
+        emitted = torch.cat([proposal, proposal.new_zeros(1)]).scatter(0, at, fix.gather(0, at))
+        return n, emitted
+
+
 def sample_decode(target, prompt: list[int], max_tokens: int, eos: frozenset[int], settings: Sampling,
                   generator: torch.Generator, prefix=None) -> Result:
     """The target alone, one token per forward, drawn from its warped distribution: the
     reference speculative_sample must match in distribution."""
-    start = time.perf_counter()
-    cache, forwards = start_cache(target, prompt, prefix)
-    stats = Stats(target_forwards=forwards)
-    last = torch.tensor([[prompt[-1]]], device=target.device)  # [1, 1]
-    out, done = [], False
-    while not done:
-        p = settings.warp(target.forward(last, cache)[-1])  # [V]: the target's next-token distribution
-        last = sample(p, generator).view(1, 1)
-        new, done = stop([int(last)], len(out), max_tokens, eos)  # int(): the step's one sync
-        out += new
-        stats.observe(Round(drafted=0, accepted=0, emitted=len(new)))
-    stats.wall_s = _elapsed(start, target.device)
-    return Result(out, stats)
+    result = decode(target, NoDraft(target.device), prompt, 0, max_tokens, eos, Sampler(settings, generator), prefix)
+    return Result(result.tokens, result.stats)
 
 
-@torch.inference_mode()
 def speculative_sample(target, draft, prompt: list[int], k: int, max_tokens: int, eos: frozenset[int],
                        settings: Sampling, generator: torch.Generator, prefix=None) -> Result:
-    """The draft samples up to k tokens from its warped distribution q; the target scores them all
-    in one forward (warped: p); keep each in turn with probability min(1, p(x)/q(x)); at the first
-    rejection draw the correction from norm(max(0, p - q)); after a full accept draw the bonus
-    token from p. Every emitted token is then distributed as plain sampling from p.
-
-    Invariants at the top of every round (as speculative_decode):
-      tokens = prompt + out, and the target cache holds tokens[:-1], so one forward over
-      [tokens[-1], proposal] yields p after every prefix;
-      the draft has been told every round's outcome (update), so its state matches `tokens`.
-    """
-    start, draft_forwards = time.perf_counter(), draft.forwards
-    cache, forwards = start_cache(target, prompt, prefix)
-    stats = Stats(target_forwards=forwards)
-    draft.begin(prompt)
-    tokens, out, rounds, done = list(prompt), [], [], False
-    while not done:
-        room = max_tokens - len(out)
-        proposal, q = propose_sampled(draft, tokens, min(k, room - 1), settings.warp, generator)  # [d], q [d, V'] | None
-        d = proposal.shape[0]
-        ids = torch.cat([torch.tensor([tokens[-1]], device=target.device), proposal])[None]  # [1, d+1]
-        p = settings.warp(target.forward(ids, cache))  # [d+1, V]: the target's distribution after each prefix
-        q = _as_q(q, proposal, p.shape[-1])  # [d, V]
-        x = proposal[:, None]  # [d, 1]
-        u = torch.rand(d, generator=generator, device=target.device)
-        kept = accept(u, p[:d].gather(1, x)[:, 0], q.gather(1, x)[:, 0])  # [d]: min(1, p(x)/q(x)) each
-        n = kept.int().cumprod(0).sum()  # accepted = the leading run of kept tokens
-        # Row n < d: the correction after rejecting proposal[n]; row d (q = 0 there): the bonus from p.
-        q = torch.cat([q, q.new_zeros(1, q.shape[-1])])  # [d+1, V]
-        fix = sample(residual(p[n], q[n]), generator)  # [1]
-        n, fix, *proposed = torch.cat([n.view(1), fix, proposal]).tolist()  # the round's one host sync
-        cache.crop(n - d)  # drop rejected positions: cache now holds tokens + proposal[:n]
-        new, done = stop(proposed[:n] + [fix], len(out), max_tokens, eos)  # accepted + correction/bonus
-        tokens += new
-        out += new
-        draft.update(tokens, n)
-        rounds.append(Round(drafted=d, accepted=n, emitted=len(new)))
-        stats.observe(rounds[-1])
-    stats.draft_forwards = draft.forwards - draft_forwards
-    stats.wall_s = _elapsed(start, target.device)
-    return Result(out, stats, rounds)
+    """Speculative sampling: the output is distributed as sample_decode's."""
+    return decode(target, draft, prompt, k, max_tokens, eos, Sampler(settings, generator), prefix)
 
 
 # ---------------------------------------------------------------------------- exact reference

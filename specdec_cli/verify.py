@@ -12,7 +12,7 @@ from .cards import draft_spec
 from .drafts import Draft
 from .errors import SpecdecError
 from .metrics import Stats
-from .pair import Pair
+from .pair import Pair, needs_reference
 from .prompts import Prompt
 from .sampling import prefix_distribution, sequence_probability
 from .stattest import MIN_EXPECTED, ChiSquare, goodness_of_fit, homogeneity
@@ -65,7 +65,7 @@ def first_divergence(pair: Pair, prompt_ids: list[int], greedy: list[int], spec:
 def verify(pair: Pair, prompts: list[Prompt], ks: list[int], drafts: list[Draft], max_tokens: int) -> Iterator[Check]:
     """Greedy once per prompt, then every draft at every k against it."""
     for prompt in prompts:
-        ids = pair.encode(prompt.text, max_tokens)
+        ids = pair.encode(prompt.text, max_tokens, drafts)
         greedy = pair.greedy(ids, max_tokens).tokens
         for draft in drafts:
             for k in ks:
@@ -119,8 +119,8 @@ def verify_sampling(pair: Pair, prompts: list[Prompt], ks: list[int], drafts: li
     exact = hasattr(pair.target, "next_logits")
     next_probs = lambda tokens: pair.sampling.warp(pair.target.next_logits(tokens))  # noqa: E731
     for prompt in prompts:
-        ids = pair.encode(prompt.text, positions)
-        if any(d.name.startswith("synthetic") for d in drafts):
+        ids = pair.encode(prompt.text, positions, drafts)
+        if any(needs_reference(d) for d in drafts):
             pair.reference(ids, positions)
         prefix = pair.prefill(ids)  # every draw of this prompt starts from a copy
         if exact:

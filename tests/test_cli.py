@@ -113,7 +113,7 @@ def test_verify_exactness_on_toy(run):
     rows = parse_json_lines(r.stdout)
     assert len(rows) == 2 * 4 * 2 and all(row["identical"] and row["first_divergence"] is None for row in rows)
     assert {row["k"] for row in rows} == {1, 2, 4, 8}
-    assert {row["draft"] for row in rows} == {"toy(agree=0.3)", "toy(agree=1.0)"}
+    assert {row["draft"] for row in rows} == {"toy(agree=0.3)+cost", "toy(agree=1.0)+cost"}  # default schedule
 
 
 def test_verify_exactness_builtin_suite_table(run):
@@ -158,6 +158,46 @@ def test_card_from_path_and_toy_agreement(run, write_card):
     path = write_card(toy_card_dict(agree=1.0, k=3, max_tokens=20))
     obj = json.loads(run("generate", "--card", path, "--json", "--mode", "spec", "ba be bi").stdout)
     assert [r["emitted"] for r in obj["spec"]["rounds"]] == [4, 4, 4, 4, 4]
+
+
+def test_draft_revision_is_the_drafts_own(write_card, monkeypatch):
+    """A model draft loads at its own `draft.revision`; the card's `revision` is the target's."""
+    from pathlib import Path
+
+    import specdec_cli.pair as pair_mod
+
+    tiny = str(Path(__file__).resolve().parents[1] / "cards/configs/tiny-llama.json")
+    real, seen = pair_mod.load, []
+
+    def load(ref, device, dtype, trust_remote_code=False, revision=None, **kw):
+        seen.append((ref.source, revision))
+        return real(ref, device, dtype, trust_remote_code, revision, **kw)
+
+    monkeypatch.setattr(pair_mod, "load", load)
+    card = write_card({"description": "t", "target": f"random:{tiny}", "revision": "target-rev", "device": "cpu",
+                       "draft": {"kind": "model", "model": f"random:{tiny}", "revision": "draft-rev"}})
+    pair = load_pair(load_card(str(card)))
+    assert seen == [(tiny, "target-rev"), (tiny, "draft-rev")]
+    assert f"model(random:{tiny}@draft-rev)" in pair.draft.name
+
+
+def test_a_draft_that_reads_the_greedy_reference_gets_it_whatever_its_name():
+    """`generate --mode spec` runs greedy first for a draft with `needs_reference` (the synthetic
+    draft), also inside a wrapper: a property of the draft, not a prefix of its name."""
+    from specdec_cli.bench import SimulatedCost
+    from specdec_cli.drafts import SyntheticDraft
+    from specdec_cli.pair import generate
+
+    from .toys import reference
+
+    pair = load_pair(load_card("toy"))
+    synthetic = SyntheticDraft(pair.references, pair.target.vocab_size, 1.0, 0, pair.target.device, "mine")
+    for draft in (synthetic, SimulatedCost(synthetic, 0.0)):
+        pair.draft, pair.references = draft, {}
+        synthetic.references = pair.references
+        out = generate(pair, "ba be", "spec", 4, 20)
+        assert out.greedy is None and out.spec.tokens == reference(pair.target, out.prompt_ids, 20, pair.eos)
+        assert out.spec.stats.accept_rate == 1.0
 
 
 @pytest.mark.parametrize("module", ["specdec_cli.cli"])

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from specdec_cli.decoding import greedy_decode, speculative_decode, stop
-from specdec_cli.drafts import AdaptiveK, ModelDraft, OracleDraft, PromptLookupDraft
-from specdec_cli.models import early_exit, load, parse_ref
+from specdec_cli.drafts import ModelDraft, OracleDraft, PromptLookupDraft
+from specdec_cli.schedule import AdaptiveK
+from specdec_cli.models import HFLM, early_exit, load, parse_ref
 from specdec_cli.toy import ToyLM
 
-from .conftest import DATA
+from .conftest import DATA, transformers_greedy
 from .toys import reference  # greedy with no cache and no rollback
 
 NO_EOS = frozenset()
@@ -134,18 +136,12 @@ def random_lm(config: str):
     return load(parse_ref(f"random:{config}", DATA), torch.device("cpu"), torch.float32)
 
 
-def hf_generate(lm, prompt, n):
-    out = lm.model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                            eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
-
-
 @pytest.mark.parametrize("config", ["tiny-mistral-swa.json", str(Path(__file__).parents[1] / "cards/configs/tiny-llama.json")])
 def test_random_model_spec_equals_transformers_generate(config):
     """Sliding-window (window 8, 40 tokens) and plain caches: rollback stays exact."""
     target, _ = random_lm(config)
     prompt = list(range(3, 15))
-    reference = hf_generate(target, prompt, 40)
+    reference = transformers_greedy(target, prompt, 40)
     assert greedy_decode(target, prompt, 40, NO_EOS).tokens == reference
     same, _ = random_lm(config)  # same config + seed = same weights: the draft always agrees
     spec = speculative_decode(target, ModelDraft(same, target.vocab_size), prompt, 3, 40, NO_EOS)
@@ -155,6 +151,55 @@ def test_random_model_spec_equals_transformers_generate(config):
     shallow = ModelDraft(early_exit(target, layers - 1), target.vocab_size)
     for k in (1, 2, 5):
         assert speculative_decode(target, shallow, prompt, k, 40, NO_EOS).tokens == reference
+
+
+def noisy_twins(config: Path, seed: int) -> tuple[HFLM, HFLM]:
+    """A tiny random target and a draft of the same shape and vocabulary whose weights are the
+    target's plus 2 % noise (seeded): it agrees at some positions and not at many, so rounds
+    accept every count from 0 to k. (Independent weights would agree almost nowhere: only the
+    all-rejected pattern.) Weights ~ N(0, 0.3^2), not the usual 0.02^2, so the target's greedy
+    text varies instead of repeating one token."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    shape = AutoConfig.for_model(**{**json.loads(config.read_text()), "initializer_range": 0.3})
+    torch.manual_seed(seed)
+    target = AutoModelForCausalLM.from_config(shape, dtype=torch.float32)
+    draft = AutoModelForCausalLM.from_config(shape, dtype=torch.float32)
+    draft.load_state_dict(target.state_dict())
+    with torch.no_grad():
+        for w in draft.parameters():
+            if w.dim() > 1:  # matrices, not the norms' scales
+                w.add_(torch.randn_like(w) * 0.02 * w.std())
+    return HFLM(target), HFLM(draft)
+
+
+@pytest.mark.parametrize("config", [DATA / "tiny-mistral-swa.json", Path(__file__).parents[1] / "cards/configs/tiny-llama.json"],
+                         ids=["sliding-window", "dynamic-cache"])
+def test_model_draft_that_disagrees_rolls_back_both_caches_exactly(config, one_thread):
+    """A draft model with its own weights: rounds reject (the target's cache is cropped) and
+    accept part of a proposal (the draft's cache too), on DynamicCache and on sliding-window
+    layers (window 8, 120 tokens). spec == greedy == transformers' generate throughout, and
+    every proposal is the draft's own greedy continuation computed afresh (its rolled-back
+    cache held exactly the accepted tokens)."""
+    target, draft = noisy_twins(config, seed=1)
+    prompt, n, k = list(range(3, 15)), 120, 4
+    expected = transformers_greedy(target, prompt, n)
+    assert greedy_decode(target, prompt, n, NO_EOS).tokens == expected
+    proposals = []
+
+    class Watched(ModelDraft):
+        def propose(self, tokens, k):
+            proposal = super().propose(tokens, k)
+            proposals.append((list(tokens), proposal.tolist()))
+            return proposal
+
+    spec = speculative_decode(target, Watched(draft, target.vocab_size), prompt, k, n, NO_EOS)
+    assert spec.tokens == expected
+    accepted = {r.accepted for r in spec.rounds if r.drafted == k}
+    assert accepted == set(range(k + 1)), accepted  # none, some, all: every rollback of both caches
+    assert 0 < spec.stats.accept_rate < 0.8
+    assert len(proposals) == len(spec.rounds) and all(
+        proposal == greedy_decode(draft, tokens, len(proposal), NO_EOS).tokens for tokens, proposal in proposals if proposal)
 
 
 def test_early_exit_shares_weights_and_leaves_the_target_whole():

@@ -9,6 +9,7 @@ before any model is loaded (the test makes loading itself an error to prove it).
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ PY = sys.executable
 
 TOY = {"description": "t", "target": "toy", "draft": {"kind": "toy", "agree": 0.5}, "device": "cpu"}
 RANDOM = {"description": "t", "target": f"random:{TINY}", "draft": {"kind": "prompt-lookup"}, "device": "cpu"}
+# A draft model like TINY (same bytes-as-tokens vocabulary) with a context window of only 64 tokens
+SHORT_DRAFT = {"short.json": json.dumps({**json.loads(TINY.read_text()), "max_position_embeddings": 64})}
 
 
 def card(base: dict = TOY, draft: dict | None = None, **top) -> str:
@@ -71,7 +74,7 @@ CASES = [
     Case("unknown-nested-key-suggests", "{card}: unknown field 'decoding.max_token' (did you mean 'decoding.max_tokens'?)",
          card=card(decoding={"max_token": 2})),
     Case("unknown-key-lists-known", "{card}: unknown field 'colour' (known: description, target, draft, decoding, device, dtype, "
-         "trust_remote_code, revision)", card=card(colour="red")),
+         "trust_remote_code, revision, sources, device_map)", card=card(colour="red")),
     Case("field-not-for-this-kind", "{card}: draft.agree: not used by draft kind 'prompt-lookup', got 0.5",
          card=card(draft={"kind": "prompt-lookup", "agree": 0.5})),
     Case("field-missing", "{card}: target: missing (a card needs description, target and draft)", card=card(target=None)),
@@ -89,12 +92,27 @@ CASES = [
          card=card().replace("agree: 0.5", "agree: .nan")),
     Case("agree-above-one", "{card}: draft.agree: must be a number in [0, 1], got 1.5", card=card(draft={"kind": "toy", "agree": 1.5})),
     Case("agree-a-word", "{card}: draft.agree: must be a number in [0, 1], got 'high'", card=card(draft={"kind": "toy", "agree": "high"})),
-    Case("draft-kind-unknown", "{card}: draft.kind: must be one of model, prompt-lookup, early-exit, toy, synthetic, got 'medusa'",
+    Case("draft-kind-unknown", "{card}: draft.kind: must be one of model, prompt-lookup, early-exit, toy, synthetic, features, got 'medusa'",
          card=card(draft={"kind": "medusa"})),
-    Case("draft-kind-missing", "{card}: draft.kind: missing (one of model, prompt-lookup, early-exit, toy, synthetic)",
+    Case("draft-kind-missing", "{card}: draft.kind: missing (one of model, prompt-lookup, early-exit, toy, synthetic, features)",
          card=card(draft={"agree": 0.5})),
+    Case("draft-revision-not-for-this-kind", "{card}: draft.revision: not used by draft kind 'prompt-lookup', got 'main'",
+         card=card(draft={"kind": "prompt-lookup", "revision": "main"})),
+    Case("draft-revision-blank", "{card}: draft.revision: must be a non-empty string, got ' '",
+         card=card(RANDOM, draft={"kind": "model", "model": "random:short.json", "revision": " "})),
     Case("ngram-order", "{card}: draft.min_ngram: must be <= max_ngram (2), got 3",
          card=card(draft={"kind": "prompt-lookup", "min_ngram": 3, "max_ngram": 2})),
+    Case("device-map-bad-value", "{card}: device_map: must be auto (or left out: the whole target on one device), got 'balanced'",
+         card=card(RANDOM, device_map="balanced")),
+    Case("device-map-on-the-toy", "{card}: device_map: auto needs a checkpoint target (hub id, directory or .gguf), got target 'toy'",
+         card=card(device_map="auto")),
+    Case("device-map-on-a-random-model", f"{{card}}: device_map: auto needs a checkpoint target (hub id, directory or .gguf), "
+         f"got target 'random:{TINY}'", card=card(RANDOM, device="auto", device_map="auto")),
+    Case("device-map-with-device-cpu", "{card}: device_map: auto spreads the target over all visible GPUs; it cannot go with "
+         "device: cpu (use auto or cuda)", card=card(TOY, target="{ckpt}/a", draft={"kind": "prompt-lookup"}, device_map="auto")),
+    Case("device-map-with-device-option", "command line: --device: 'cpu' cannot go with the card's device_map: auto (it spreads "
+         "the target over all visible GPUs; use auto or cuda)", args=(*GEN, "--device", "cpu", "ba"),
+         card=card(TOY, target="{ckpt}/a", draft={"kind": "prompt-lookup"}, device="auto", device_map="auto")),
     # ------------------------------------------------------------------ command-line settings
     Case("k-zero", "command line: --k: must be an integer in 1..64, got 0", args=(*GEN, "-k", "0", "ba"), card=card()),
     Case("k-negative", "command line: --k: must be an integer in 1..64, got -3", args=(*GEN, "-k", "-3", "ba"), card=card()),
@@ -145,6 +163,19 @@ CASES = [
          card=card(TOY, target="{ckpt}/a", draft={"kind": "model", "model": "{ckpt}/b"}), loads=True),
     Case("early-exit-too-deep", "{card}: draft.layers: early-exit draft: layers must be in 1..3 for this target, got 10",
          card=card(RANDOM, draft={"kind": "early-exit", "layers": 10}), loads=True),
+    Case("features-weights-missing", "{card}: draft.weights: {dir}/nope.safetensors: no such file",
+         card=card(RANDOM, draft={"kind": "features", "weights": "nope.safetensors"})),
+    Case("features-weights-not-safetensors", "{card}: draft.weights: {dir}/w.safetensors: is not a safetensors file "
+         "(no valid header)", card=card(RANDOM, draft={"kind": "features", "weights": "w.safetensors"}),
+         files={"w.safetensors": "<html>Not found</html>"}),
+    Case("features-weights-not-a-draft", "{card}: draft.weights: {dir}/w.safetensors: is not a specdec features draft "
+         "(its metadata lacks format: specdec-features/1; make one with specdec distill)",
+         card=card(RANDOM, draft={"kind": "features", "weights": "w.safetensors"}),
+         files={"w.safetensors": b"\x02\x00\x00\x00\x00\x00\x00\x00{}"}),
+    Case("features-weights-field-missing", "{card}: draft.weights: missing (required for draft kind 'features')",
+         card=card(RANDOM, draft={"kind": "features"})),
+    Case("features-draft-on-the-toy-target", "{card}: draft.kind: 'features' needs a transformers target, got 'toy'",
+         card=card(draft={"kind": "features", "weights": "w.safetensors"})),
     Case("chat-template-missing", "{card}: decoding.chat_template: true, but the target's tokenizer has no chat template",
          card=card(RANDOM, decoding={"chat_template": True}), loads=True),
     # ------------------------------------------------------------------ prompts
@@ -156,6 +187,12 @@ CASES = [
          "(leaving no room to generate)", args=(*GEN, "x" * 600), card=card(RANDOM), loads=True),
     Case("prompt-plus-max-tokens-beyond-context", "prompt (450 tokens) + max_tokens (100) exceeds the target's context window "
          "of 512 tokens (use --max-tokens 62 or less)", args=(*GEN, "-n", "100", "x" * 450), card=card(RANDOM), loads=True),
+    Case("prompt-beyond-draft-context", "draft model(random:short.json): prompt is 70 tokens, longer than the draft's "
+         "context window of 64 tokens (leaving no room to generate)", args=(*GEN, "x" * 70),
+         card=card(RANDOM, draft={"kind": "model", "model": "random:short.json"}), files=SHORT_DRAFT, loads=True),
+    Case("prompt-plus-max-tokens-beyond-draft-context", "draft model(random:short.json): prompt (40 tokens) + max_tokens (30) "
+         "exceeds the draft's context window of 64 tokens (use --max-tokens 24 or less)", args=(*GEN, "-n", "30", "x" * 40),
+         card=card(RANDOM, draft={"kind": "model", "model": "random:short.json"}), files=SHORT_DRAFT, loads=True),
     Case("prompts-file-missing", "--prompts-file: file not found: {dir}/p.jsonl", args=(*GEN, "--prompts-file", "{dir}/p.jsonl"),
          card=card()),
     Case("prompts-file-directory", "--prompts-file: {dir} is a directory", args=(*GEN, "--prompts-file", "{dir}"), card=card()),
@@ -186,13 +223,17 @@ CASES = [
     Case("verify-k-zero", "command line: -k: must be an integer in 1..64, got 0",
          args=("verify-exactness", "-c", "{card}", "-k", "2,0", "ba"), card=card()),
     Case("verify-draft-kind-unknown", "--draft 'warp': draft.kind: must be one of model, prompt-lookup, early-exit, toy, "
-         "synthetic, got 'warp'", args=("verify-exactness", "-c", "{card}", "-d", "warp", "ba"), card=card()),
+         "synthetic, features, got 'warp'", args=("verify-exactness", "-c", "{card}", "-d", "warp", "ba"), card=card()),
     Case("verify-draft-value-out-of-range", "--draft 'toy:agree=2': draft.agree: must be a number in [0, 1], got 2",
          args=("verify-exactness", "-c", "{card}", "-d", "toy:agree=2", "ba"), card=card()),
     Case("verify-draft-field-missing", "--draft 'toy': draft.agree: missing (required for draft kind 'toy')",
          args=("verify-exactness", "-c", "{card}", "-d", "toy", "ba"), card=card()),
     Case("verify-draft-not-key-value", "--draft 'toy:agree': expected key=value after ':', got 'agree'",
          args=("verify-exactness", "-c", "{card}", "-d", "toy:agree", "ba"), card=card()),
+    Case("verify-draft-beyond-context", "prompt 'arg-1': draft model(random:short.json): prompt (40 tokens) + max_tokens (30) "
+         "exceeds the draft's context window of 64 tokens (use --max-tokens 24 or less)",
+         args=("verify-exactness", "-c", "{card}", "-n", "30", "-d", "model:model=random:short.json", "x" * 40),
+         card=card(RANDOM), files=SHORT_DRAFT, loads=True),
     Case("verify-draft-model-missing", "{card}: draft.model: model reference './nowhere': no such file or directory: {dir}/nowhere",
          args=("verify-exactness", "-c", "{card}", "-d", "model:model=./nowhere", "ba"), card=card(RANDOM)),
 ]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import specdec_cli.bench  # noqa: F401  the bench tests below need it: an import error fails them, never skips
 import specdec_cli.pair as pair_mod
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import write_atomic, write_text_atomic
@@ -91,7 +92,6 @@ def three_prompts(tmp_path):
 
 
 def test_bench_json_interrupted_keeps_finished_rows_and_writes_no_files(run, monkeypatch, three_prompts, tmp_path):
-    pytest.importorskip("specdec_cli.bench")
     csv = tmp_path / "bench.csv"
     # greedy calls: 1 warm-up, then one per prompt (repeats 1): the 3rd is prompt p1's
     interrupt_on_call(monkeypatch, pair_mod.Pair, "greedy", 3)
@@ -200,7 +200,6 @@ def test_write_atomic_gives_the_mode_a_plain_write_would(tmp_path):
 
 @pytest.mark.parametrize("option", ["--csv", "--plot"])
 def test_bench_refuses_to_write_over_a_directory(run, tmp_path, option):
-    pytest.importorskip("specdec_cli.bench")
     extra = ["--agree-sweep", "1.0"] if option == "--plot" else []
     r = run("bench", "-c", "toy", *extra, option, tmp_path)
     assert r.exit_code == 2 and r.stdout == ""

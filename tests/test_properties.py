@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdec_cli.decoding import greedy_decode, speculative_decode
-from specdec_cli.drafts import AdaptiveK, ModelDraft, OracleDraft, PromptLookupDraft
+from specdec_cli.drafts import ModelDraft, OracleDraft, PromptLookupDraft
+from specdec_cli.schedule import AdaptiveK
 from specdec_cli.toy import ToyLM
 
 from .conftest import toy_card_dict

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from specdec_cli.cards import DraftSpec
 from specdec_cli.pair import build_draft
+
+from .conftest import transformers_greedy
 
 pytestmark = pytest.mark.slow
 
@@ -27,9 +28,7 @@ def references(smollm2_pair):
     pair, refs = smollm2_pair, {}
     for prompt in PROMPTS:
         ids = pair.encode(prompt, N)
-        out = pair.target.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                         max_new_tokens=N, do_sample=False)
-        refs[prompt] = (ids, out[0, len(ids):].tolist())
+        refs[prompt] = (ids, transformers_greedy(pair.target, ids, N, stop_at_eos=True))
     return refs
 
 

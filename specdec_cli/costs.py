@@ -1,0 +1,205 @@
+"""What a round costs on this machine: the target's forward time over n new tokens (n = 1..N,
+at a short and a long context) and the draft's time per proposed token, measured once and
+cached per (model, revision, device, dtype, torch threads, torch version).
+
+On a CPU the verify cost is not monotonic in n (a 2- or 3-row matmul can cost more than a
+5-row one), so the schedule reads the measured curve; nothing here is assumed.
+
+The cache lives under the user cache directory (files.cache_dir("costs")), one JSON file per
+key, written atomically. A corrupt file is re-measured with one warning; an unwritable
+directory means measuring without caching.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .files import cache_dir, write_text_atomic
+
+VERSION = 1  # bump when the file's meaning changes: old files are then re-measured
+PROBE_REPEATS = 5  # timed forwards per width (the fastest is kept: noise only ever adds time)
+MIN_WIDTHS = 9  # always measure n = 1..9 (k up to 8), so plan's and bench's k sweeps reuse it
+
+
+@dataclass
+class CostProfile:
+    """Seconds, measured; costs in 1-token target steps are derived (`v`, `c`)."""
+
+    key: dict  # what it was measured for (model, device, dtype, threads, torch, ...)
+    contexts: list[int]  # context lengths the curve was measured after
+    verify_s: list[list[float]]  # [context][n-1]: one forward over n new tokens
+    draft_s: dict[str, float] = field(default_factory=dict)  # draft label -> seconds per proposed token
+    measured_s: float = 0.0  # how long measuring took
+    cached: bool = False  # read from the cache (not measured in this run)
+
+    @property
+    def widths(self) -> int:
+        return len(self.verify_s[0])
+
+    @property
+    def step_s(self) -> float:
+        """One 1-token target step at the short context (seconds)."""
+        return self.verify_s[0][0]
+
+    def v(self, n: int, context: int | None = None) -> float:
+        """One forward over n new tokens, in 1-token steps at the same context (linear between
+        the measured contexts, clamped outside them)."""
+        n = min(max(n, 1), self.widths)
+        ratios = [row[n - 1] / row[0] for row in self.verify_s]
+        if context is None or len(self.contexts) == 1:
+            return ratios[0]
+        (c0, c1), (r0, r1) = self.contexts[:2], ratios[:2]
+        t = min(max((context - c0) / (c1 - c0), 0.0), 1.0)
+        return r0 + t * (r1 - r0)
+
+    def c(self, draft: str) -> float:
+        """A proposed token's cost in target steps (0 for drafts that make no model call)."""
+        return self.draft_s.get(draft, 0.0) / self.step_s
+
+    def curve(self, context: int | None = None) -> list[float]:
+        return [self.v(n, context) for n in range(1, self.widths + 1)]
+
+    def as_dict(self) -> dict:
+        """For JSON output: the costs in target steps, and what they were measured on."""
+        return {"step_ms": self.step_s * 1e3, "contexts": self.contexts,
+                "verify_cost": {str(c): [round(x, 3) for x in self.curve(c)] for c in self.contexts},
+                "draft_cost": {name: round(self.c(name), 4) for name in self.draft_s},
+                "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
+
+
+# ---------------------------------------------------------------------------- measuring
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def forward_seconds(jobs: list[tuple[object, int]], context: list[int], repeats: int | None = None) -> list[float]:
+    """Seconds of one forward of each (model, width) job over `width` tokens after `context`,
+    called the way the loop calls it (argmax + one host sync): the fastest of `repeats` tries,
+    since noise on a busy machine only ever adds time. The jobs take turns, so drift hits them
+    alike; each cache is rolled back after every try."""
+    caches = []
+    for lm, _ in jobs:
+        cache = lm.new_cache()
+        if len(context) > 1:
+            lm.forward(torch.tensor([context[:-1]], device=lm.device), cache, keep=1)
+        caches.append(cache)
+    times: list[list[float]] = [[] for _ in jobs]
+    for _ in range((repeats or PROBE_REPEATS) + 1):  # the first warms the shapes up
+        for (lm, width), cache, out in zip(jobs, caches, times):
+            ids = torch.tensor([(context * width)[-width:]], device=lm.device)  # [1, width]
+            _sync(lm.device)
+            start = time.perf_counter()
+            lm.forward(ids, cache).argmax(-1).tolist()
+            out.append(time.perf_counter() - start)
+            cache.crop(-width)
+    return [min(t[1:]) for t in times]
+
+
+def probe_contexts(max_positions: int | None, widths: int) -> list[int]:
+    """A short and a long context (the long one as long as a typical request gets)."""
+    long = 512 if max_positions is None else max(16, min(512, max_positions - widths - 1))
+    return [min(32, long // 2), long]
+
+
+def measure_target(target, widths: int) -> tuple[list[int], list[list[float]]]:
+    contexts = probe_contexts(target.max_positions, widths)
+    verify = []
+    for length in contexts:
+        context = [(7 * i + 3) % min(target.vocab_size, 1000) for i in range(length)]  # any ids will do
+        verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], context))
+    return contexts, verify
+
+
+# ---------------------------------------------------------------------------- the cache
+def model_key(target, ref: str, revision: str | None) -> dict:
+    """What a measurement depends on. A local file is named by its path, size and mtime, so a
+    replaced file is re-measured."""
+    name = ref
+    path = Path(ref)
+    if path.is_file():
+        st = path.stat()
+        name = f"{path.resolve()}:{st.st_size}:{int(st.st_mtime)}"
+    dtype = getattr(getattr(target, "model", None), "dtype", None)
+    return {"model": name, "revision": revision, "device": str(target.device),
+            "dtype": str(dtype or "n/a").removeprefix("torch."), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "version": VERSION}
+
+
+def _path(key: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return cache_dir("costs") / f"{digest}.json"
+
+
+def _warn(message: str) -> None:
+    print(f"Warning: {message}", file=sys.stderr)
+
+
+def read(key: dict) -> CostProfile | None:
+    path = _path(key)
+    if not path.exists():
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        profile = CostProfile(**{k: raw[k] for k in ("key", "contexts", "verify_s", "draft_s", "measured_s")})
+        ok = (profile.key == key and len(profile.contexts) == len(profile.verify_s) >= 1
+              and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.verify_s)
+              and all(isinstance(v, (int, float)) and v >= 0 for v in profile.draft_s.values()))
+        if not ok:
+            raise ValueError("fields do not fit")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        _warn(f"cost profile {path} is unreadable ({type(e).__name__}: {str(e)[:80]}); measuring again")
+        return None
+    profile.cached = True
+    return profile
+
+
+def write(profile: CostProfile) -> None:
+    """Best effort: a cache that cannot be written (read-only, full) is skipped, once, quietly
+    but for one warning line."""
+    path = _path(profile.key)
+    data = {k: v for k, v in asdict(profile).items() if k != "cached"}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(data, indent=1), "cost profile")
+    except Exception as e:  # noqa: BLE001 - caching is an optimisation, never a failure
+        _warn(f"cannot write the cost profile to {path.parent} ({type(e).__name__}); running without the cache")
+
+
+def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = MIN_WIDTHS,
+            remeasure: bool = False) -> CostProfile:
+    """The cost profile for `target` and the drafts that cost time (label -> draft with
+    step_seconds): read from the cache, or measured (and cached). A cached profile missing a
+    width or a draft is completed by measuring what it lacks."""
+    key = model_key(target, ref, revision)
+    widths = max(widths, MIN_WIDTHS)
+    found = None if remeasure else read(key)
+    start = time.perf_counter()
+    if found is None or found.widths < widths:
+        contexts, verify = measure_target(target, widths)
+        found = CostProfile(key, contexts, verify, {})
+    missing = {label: d for label, d in drafts.items() if label not in found.draft_s}
+    if missing:
+        context = [(7 * i + 3) % min(target.vocab_size, 1000) for i in range(found.contexts[0])]
+        for label, draft in missing.items():
+            found.draft_s[label] = draft.step_seconds(context)
+    if found.cached and not missing:
+        return found
+    found.measured_s += time.perf_counter() - start
+    if os.environ.get("SPECDEC_NO_COST_CACHE") != "1":
+        write(found)
+    return found
+
+
+def fixed(curve: list[float], draft_cost: float = 0.0, label: str = "draft") -> CostProfile:
+    """A made-up profile (v(n) = curve[n-1] steps, c = draft_cost) for tests and toys."""
+    return CostProfile({"model": "fixed"}, [1], [list(curve)], {label: draft_cost * curve[0]})

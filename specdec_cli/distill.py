@@ -1,0 +1,443 @@
+"""`specdec distill`: train a features draft (features.py) for a target by self-distillation.
+
+1. Data: the target's own greedy continuations of training prompts (HF `generate` in batches,
+   left-padded), cached per batch in the user cache so a rerun skips what it already made.
+2. Features: a hook on the target's decoder keeps the final hidden states f_i that `generate`
+   computes anyway; the labels y_i are the greedy tokens it chose (no second pass).
+3. Training: at every position j the block drafts `unroll` tokens the way it drafts in the loop
+   (FeatureBlock.unroll); loss = cross-entropy against y_{j+s} + `reg` x smooth-L1 between the
+   predicted and the true feature f_{j+s}, for s = 1..unroll.
+4. Held-out prompts measure acceptance per draft position as it trains (teacher-forced: the
+   chance the i-th drafted token equals the target's greedy token, given the ones before did);
+   every new best is written at once (so Ctrl-C keeps it): model.safetensors and a card.
+
+Reproducible from the seed on one machine: prompt order, batches, initialisation and every
+step. The clock only decides when to stop; the file records the prompts and steps it used, and
+`--prompts N --steps M` replays that run exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from . import features
+from .errors import SpecdecError
+from .files import cache_dir, write_atomic, write_text_atomic
+from .prompts import Prompt
+
+CACHE_FORMAT = "distill-batch/1"  # part of every cached batch's key: a new layout never reads an old file
+
+
+@dataclass(frozen=True)
+class Settings:
+    minutes: float = 30.0  # wall-clock budget: data generation + training
+    seed: int = 0
+    steps: int | None = None  # train exactly this many steps (replays a run; the clock is ignored)
+    prompts: int | None = None  # use exactly this many training prompts (replays a run's data)
+    data_share: float = 0.35  # of the budget, at most, for generating data
+    max_new_tokens: int = 128  # continuation length per prompt (EOS ends one sooner)
+    gen_batch: int = 16  # prompts per generate call
+    heldout: int = 24  # prompts held out to measure acceptance (never trained on)
+    vocab: int = 8192  # draft vocabulary: the most frequent target tokens (>= the target's: all)
+    unroll: int = 2  # drafted steps trained per position (1 = EAGLE-1; 2+ = training-time test)
+    reg: float = 1.0  # weight of the feature regression beside the token loss
+    lr: float = 1e-3
+    warmup: int = 50  # steps of linear warm-up, then a constant rate (no schedule tied to a total)
+    batch: int = 8  # sequences per step
+    eval_every: int = 50  # steps between held-out measurements (each may checkpoint)
+    positions: int = 4  # acceptance measured for draft positions 1..positions
+
+
+@dataclass
+class Sequence:
+    ids: list[int]  # prompt + the target's greedy continuation
+    prompt_len: int
+    heldout: bool
+    features: torch.Tensor | None = None  # [S, H] f_i, float16
+    labels: torch.Tensor | None = None  # [S] y_i: the target's greedy token after position i (-1: in the prompt)
+
+
+@dataclass
+class Progress:
+    """What the trainer reports (rendering is the caller's)."""
+
+    phase: str  # data | train | done
+    done: float  # units of `total` done
+    total: float
+    prompts: int = 0
+    tokens: int = 0  # training tokens (data) / tokens trained on so far (train)
+    step: int = 0
+    loss: float | None = None
+    alpha: list[float] = field(default_factory=list)  # latest held-out acceptance by position
+    best: list[float] = field(default_factory=list)  # acceptance of the best (saved) weights
+
+
+# ---------------------------------------------------------------------------- inputs
+def check_out(path: Path) -> None:
+    """An --out folder we can write (made if missing), checked before anything is loaded."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".specdec-write-test-"):
+            pass
+    except FileExistsError:
+        raise SpecdecError(f"command line: --out: {path} exists and is not a folder") from None
+    except OSError as e:
+        raise SpecdecError(f"command line: --out: cannot write to {path}: {e.strerror or e}") from None
+
+
+def order_prompts(prompts: list[Prompt], seed: int) -> list[Prompt]:
+    """Shuffle within each category, then interleave the categories: any prefix is balanced."""
+    rng, groups = random.Random(seed), {}
+    for p in prompts:
+        groups.setdefault(p.category, []).append(p)
+    for group in groups.values():
+        rng.shuffle(group)
+    ordered, lists = [], list(groups.values())
+    for i in range(max(map(len, lists))):
+        ordered += [g[i] for g in lists if i < len(g)]
+    return ordered
+
+
+# ---------------------------------------------------------------------------- data
+@torch.no_grad()
+def continuations(pair, batch: list[list[int]], max_new_tokens: int) -> list[Sequence]:
+    """The target's greedy continuations of a batch of prompt ids (left-padded `generate`), with
+    the features it computed on the way: a hook on the decoder keeps each call's final hidden
+    states (prefill: the prompts; then one position per step), so no second pass is needed.
+
+    A row generating g_1..g_n (cut after its first EOS) becomes ids = prompt + g_1..g_{n-1}
+    (g_n is never fed, so it has no feature) and labels y_i = g_{i-P+2} for i >= P-1: the
+    target's own greedy token after position i; -1 inside the prompt (no label needed there:
+    the draft only ever drafts after the prompt). Features are kept as float16."""
+    model, pad = pair.target.model, 0
+    width = max(map(len, batch))
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=pair.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=pair.device)
+    eos = sorted(pair.eos)
+    calls = []
+    hook = model.get_decoder().register_forward_hook(lambda m, a, o: calls.append(o[0].to("cpu", torch.float16)))
+    try:
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, min_new_tokens=1,
+                             do_sample=False, eos_token_id=eos or None, pad_token_id=eos[0] if eos else pad)
+    finally:
+        hook.remove()
+    generated = out[:, width:].tolist()
+    steps = torch.cat(calls[1:], dim=1) if len(calls) > 1 else calls[0][:, :0]  # [B, n-1, H]
+    if calls[0].shape[1] != width or steps.shape[1] != len(generated[0]) - 1:
+        raise SpecdecError(f"internal error: {type(model).__name__}.generate called its decoder in an unexpected "
+                           f"pattern ({[c.shape[1] for c in calls[:4]]}...), so its features cannot be kept")
+    result = []
+    for b, (prompt, row) in enumerate(zip(batch, generated)):
+        n = next((i + 1 for i, t in enumerate(row) if t in pair.eos), len(row))
+        feats = torch.cat([calls[0][b, width - len(prompt):], steps[b, : n - 1]])  # [P + n - 1, H]
+        labels = torch.tensor([-1] * (len(prompt) - 1) + row[:n])
+        result.append(Sequence(prompt + row[: n - 1], len(prompt), False, feats, labels))
+    return result
+
+
+def _save_batch(path: Path, seqs: list[Sequence]) -> None:
+    from safetensors.torch import save_file
+
+    save_file({"ids": torch.tensor([t for q in seqs for t in q.ids]), "labels": torch.cat([q.labels for q in seqs]),
+               "features": torch.cat([q.features for q in seqs]), "prompt_lens": torch.tensor([q.prompt_len for q in seqs]),
+               "lengths": torch.tensor([len(q.ids) for q in seqs])}, str(path))
+
+
+def _load_batch(path: Path) -> list[Sequence]:
+    from safetensors.torch import load_file
+
+    t = load_file(str(path))
+    seqs, at = [], 0
+    for n, p in zip(t["lengths"].tolist(), t["prompt_lens"].tolist()):
+        seqs.append(Sequence(t["ids"][at:at + n].tolist(), p, False, t["features"][at:at + n], t["labels"][at:at + n]))
+        at += n
+    return seqs
+
+
+def make_data(pair, prompts: list[Prompt], s: Settings, fingerprint: str, deadline: float | None,
+              report: Callable[[Progress], None]) -> list[Sequence]:
+    """Held-out prompts first, then training prompts, batch by batch until the prompts run out,
+    `s.prompts` training prompts are done, or the deadline passes (whole batches only). Each
+    batch is cached in the user cache (keyed by target, prompts and length): a rerun reuses it."""
+    held = min(s.heldout, max(1, len(prompts) // 5))
+    want = len(prompts) - held if s.prompts is None else min(s.prompts, len(prompts) - held)
+    if want < 1:
+        raise SpecdecError(f"need at least {held + 1} prompts ({held} held out + 1 to train on), got {len(prompts)}")
+    encoded = [pair.tokenizer.encode(p.text, chat=pair.chat) for p in prompts[: held + want]]
+    limit = pair.target.max_positions
+    room = s.max_new_tokens if not limit else min(s.max_new_tokens, limit - max(map(len, encoded)))
+    if room < 1:
+        raise SpecdecError(f"training prompts leave no room to generate within the target's context window of {limit}")
+    seqs, start = [], time.monotonic()
+    chunks = [range(i, min(i + s.gen_batch, held)) for i in range(0, held, s.gen_batch)]
+    chunks += [range(i, min(i + s.gen_batch, held + want)) for i in range(held, held + want, s.gen_batch)]
+    for rows in chunks:
+        if deadline is not None and s.prompts is None and time.monotonic() > deadline and any(not q.heldout for q in seqs):
+            break
+        batch = [encoded[i] for i in rows]
+        key = hashlib.sha256(json.dumps([CACHE_FORMAT, fingerprint, room, batch]).encode()).hexdigest()[:32]
+        cached = cache_dir("distill", fingerprint[:16]) / f"{key}.safetensors"
+        try:
+            made = _load_batch(cached)
+        except Exception:  # noqa: BLE001 - absent or unreadable: make it again
+            made = continuations(pair, batch, room)
+            try:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(cached, lambda path: _save_batch(path, made), "distill cache")
+            except OSError:
+                pass  # the cache is an optimisation only
+        for i, q in zip(rows, made):
+            q.heldout = i < held
+        seqs += made
+        train = [q for q in seqs if not q.heldout]
+        report(Progress("data", time.monotonic() - start, (deadline - start) if deadline else 1, len(train),
+                        sum(len(q.ids) for q in train)))
+    return seqs
+
+
+def draft_vocab(seqs: list[Sequence], size: int, target_vocab: int) -> torch.Tensor:
+    """The `size` most frequent target tokens y_i in the training data, ascending ids (all of
+    them when size >= the target's vocabulary). Ties break towards the smaller id."""
+    if size >= target_vocab:
+        return torch.arange(target_vocab)
+    counts = Counter()
+    for q in seqs:
+        if not q.heldout:
+            counts.update(t for t in q.labels.tolist() if t >= 0)
+    ids = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]]
+    if len(ids) < size:  # a corpus with fewer distinct tokens: fill up with the lowest other ids
+        seen = set(ids)
+        ids += [t for t in range(target_vocab) if t not in seen][: size - len(ids)]
+    return torch.tensor(sorted(ids))
+
+
+# ---------------------------------------------------------------------------- training
+class Batcher:
+    """Padded training batches: features [B, S, H], embeds [B, S+U, H], labels (draft rows,
+    -1 = outside the draft vocabulary or padding) [B, S], lengths [B]."""
+
+    def __init__(self, pair, seqs: list[Sequence], vocab_ids: torch.Tensor, unroll: int):
+        self.embed = pair.target.model.get_input_embeddings()
+        self.device, self.unroll = pair.device, unroll
+        row = torch.full((pair.target.vocab_size,), -1, dtype=torch.long)
+        row[vocab_ids] = torch.arange(vocab_ids.shape[0])
+        self.row = row.to(pair.device)
+        self.seqs = seqs
+
+    @torch.no_grad()
+    def __call__(self, items: list[Sequence]):
+        B, S = len(items), max(len(q.ids) for q in items)
+        H = items[0].features.shape[1]
+        feats = torch.zeros(B, S, H, device=self.device)
+        ids = torch.zeros(B, S + self.unroll, dtype=torch.long, device=self.device)
+        labels = torch.full((B, S), -1, dtype=torch.long, device=self.device)
+        lengths = torch.tensor([len(q.ids) for q in items], device=self.device)
+        for b, q in enumerate(items):
+            n = len(q.ids)
+            feats[b, :n] = q.features.to(self.device, torch.float32)
+            ids[b, :n] = torch.tensor(q.ids, device=self.device)
+            labels[b, :n] = torch.where(q.labels >= 0, self.row[q.labels.clamp(min=0).to(self.device)], -1)
+        embeds = self.embed(ids).float() * (torch.arange(S + self.unroll, device=self.device)[None] < lengths[:, None])[..., None]
+        return feats, embeds, labels, lengths
+
+
+def losses(block, head_w, feats, embeds, labels, lengths, steps: int, reg: float):
+    """(mean loss over steps 1..steps, per-step outputs): see the module doc."""
+    B, S, _ = feats.shape
+    outs = block.unroll(feats, embeds, steps)
+    total = 0.0
+    anchors = torch.arange(S, device=feats.device)[None]
+    for s, h in enumerate(outs, 1):
+        valid = anchors + s < lengths[:, None]  # [B, S]: y_{j+s}, f_{j+s} exist
+        target_y = F.pad(labels[:, s:], (0, s), value=-1)
+        target_f = F.pad(feats[:, s:], (0, 0, 0, s))
+        labelled = valid & (target_y >= 0)  # the head only where there is a token to learn
+        ce = F.cross_entropy(F.linear(h[labelled], head_w), target_y[labelled]) if labelled.any() else h.sum() * 0
+        mse = F.smooth_l1_loss(h[valid], target_f[valid])
+        total = total + ce + reg * mse
+    return total / steps, outs
+
+
+@torch.no_grad()
+def acceptance(block, head_w, batcher: Batcher, seqs: list[Sequence], positions: int) -> list[float]:
+    """Held-out teacher-forced acceptance α_1..α_positions over the generated part: α_i = the
+    share of drafts whose i-th token is the target's greedy token, among those whose first
+    i-1 were (a draft token outside the draft vocabulary is a miss)."""
+    hits, tries = [0] * positions, [0] * positions
+    for i in range(0, len(seqs), 8):
+        items = seqs[i:i + 8]
+        feats, embeds, labels, lengths = batcher(items)
+        B, S, _ = feats.shape
+        outs = block.unroll(feats, embeds, positions)
+        ids = embeds.new_zeros(B, S + positions, dtype=torch.long)
+        for b, q in enumerate(items):
+            ids[b, :len(q.ids)] = torch.tensor(q.ids, device=ids.device)
+        anchors = torch.arange(S, device=feats.device)[None]
+        first = torch.tensor([q.prompt_len - 2 for q in items], device=feats.device)[:, None]
+        alive = anchors >= first  # drafting starts at the prompt's last pair
+        for s, h in enumerate(outs, 1):
+            valid = alive & (anchors + s < lengths[:, None])
+            want = F.pad(labels[:, s:], (0, s), value=-1)  # y_{j+s} as draft rows
+            right = (F.linear(h, head_w).argmax(-1) == want) & (want >= 0)
+            hits[s - 1] += int((valid & right).sum())
+            tries[s - 1] += int(valid.sum())
+            if s < positions:  # step s+1 was fed t_{j+s+1}: a chain goes on only where that is the drafted y_{j+s}
+                alive = valid & right & (batcher.row[ids[:, s + 1:s + 1 + S]] == want)
+    return [h / t if t else 0.0 for h, t in zip(hits, tries)]
+
+
+def expected_accepted(alpha: list[float]) -> float:
+    """Σ_i α_1···α_i: expected accepted tokens per round drafting len(alpha) tokens."""
+    total, run = 0.0, 1.0
+    for a in alpha:
+        run *= a
+        total += run
+    return total
+
+
+# ---------------------------------------------------------------------------- the run
+@dataclass
+class Outcome:
+    weights: Path
+    card: Path
+    alpha: list[float]  # held-out acceptance of the saved weights, by position
+    steps: int  # steps trained in all
+    best_step: int  # the step the saved weights come from
+    tokens: int  # training tokens (positions) in the data
+    prompts: int  # training prompts used
+    heldout: int
+    data_s: float
+    train_s: float
+    interrupted: bool = False
+
+
+def block_config(lm, vocab: int) -> features.BlockConfig:
+    """The block's shape from the target's: its hidden size, head count and MLP width."""
+    text = lm.config.get_text_config(decoder=True)
+    hidden, target_vocab = features.target_shape(lm)
+    heads = getattr(text, "num_attention_heads", max(1, hidden // 64))
+    if hidden % heads or (hidden // heads) % 2:
+        heads = max(1, hidden // 64)
+    rope = getattr(text, "rope_parameters", None) or {}
+    theta = float(rope.get("rope_theta", getattr(text, "rope_theta", 10000.0)))
+    return features.BlockConfig(hidden, heads, getattr(text, "intermediate_size", 4 * hidden), vocab, target_vocab, theta)
+
+
+def distill(pair, prompts: list[Prompt], s: Settings, out: Path, command: str, source: str,
+            report: Callable[[Progress], None] = lambda p: None) -> Outcome:
+    """The whole run (see the module doc). `source` names where the prompts came from."""
+    if not hasattr(pair.target, "keep_hidden"):
+        raise SpecdecError(f"{pair.card.path}: target: a features draft needs a transformers target, got '{pair.card.target}'")
+    check_out(out)
+    begun = time.monotonic()
+    fp = features.fingerprint(pair.target)
+    seqs = make_data(pair, order_prompts(prompts, s.seed), s, fp, begun + s.data_share * s.minutes * 60, report)
+    meta = {"target": pair.card.target, "card": pair.card.name, "fingerprint": fp, "command": command,
+            "prompts_source": source, "seed": s.seed, "settings": asdict(s)}
+    return train(pair, seqs, s, out, meta, begun, report)
+
+
+def train(pair, seqs: list[Sequence], s: Settings, out: Path, meta: dict, begun: float,
+          report: Callable[[Progress], None] = lambda p: None) -> Outcome:
+    """Train on `seqs` until s.steps, or until `begun` + the budget; keep the best weights."""
+    lm, budget, data_s = pair.target, s.minutes * 60, time.monotonic() - begun
+    training, held = [q for q in seqs if not q.heldout], [q for q in seqs if q.heldout]
+    cfg = block_config(lm, min(s.vocab, lm.vocab_size))
+    vocab_ids = draft_vocab(seqs, cfg.vocab, cfg.target_vocab).to(pair.device)
+    torch.manual_seed(s.seed)
+    block = features.FeatureBlock(cfg).to(pair.device)
+    head_w = lm.model.get_output_embeddings().weight.detach()[vocab_ids].float()  # [N, H]
+    batcher = Batcher(pair, seqs, vocab_ids, max(s.unroll, s.positions))
+    opt = torch.optim.AdamW(block.parameters(), lr=s.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    rng = torch.Generator().manual_seed(s.seed)
+    tokens = sum(len(q.ids) for q in training)
+    meta = {**meta, "prompts": len(training), "heldout": len(held), "tokens": tokens}
+    command = meta["command"]
+    weights, card_path = out / "model.safetensors", out / f"{pair.card.name}-features.yaml"
+    best, best_alpha, best_step, step, loss_value, interrupted = -1.0, [], 0, 0, None, False
+    stop_at = None if s.steps is not None else begun + budget
+    train_start = time.monotonic()
+
+    def evaluate_and_keep() -> list[float]:
+        nonlocal best, best_alpha, best_step
+        block.eval()
+        alpha = acceptance(block, head_w, batcher, held, s.positions)
+        block.train()
+        if expected_accepted(alpha) > best:
+            best, best_alpha, best_step = expected_accepted(alpha), alpha, step
+            info = {**meta, "steps": step, "alpha": [round(a, 4) for a in alpha],
+                    "train_seconds": round(time.monotonic() - train_start, 1)}
+            write_atomic(weights, lambda p: features.save(p, block, vocab_ids, info), "draft weights")
+            write_text_atomic(card_path, card_text(pair.card, weights.name, command, alpha), "card")
+        return alpha
+
+    def total_done():
+        if s.steps is not None:
+            return step, s.steps
+        return time.monotonic() - train_start, max(1e-9, stop_at - train_start)
+
+    alpha = evaluate_and_keep()
+    report(Progress("train", *total_done(), len(training), 0, 0, None, alpha, best_alpha))
+    order: list[int] = []
+    seen = 0  # tokens (positions) trained on so far
+    try:
+        while (step < s.steps) if s.steps is not None else (time.monotonic() < stop_at):
+            if not order:
+                order = torch.randperm(len(training), generator=rng).tolist()
+            items, order = [training[i] for i in order[: s.batch]], order[s.batch:]
+            for group in opt.param_groups:
+                group["lr"] = s.lr * min(1.0, (step + 1) / s.warmup)
+            feats, embeds, labels, lengths = batcher(items)
+            loss, _ = losses(block, head_w, feats, embeds[:, : feats.shape[1] + s.unroll], labels, lengths, s.unroll, s.reg)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(block.parameters(), 1.0)
+            opt.step()
+            step += 1
+            seen += int(lengths.sum())
+            loss_value = float(loss.detach())
+            if step % s.eval_every == 0:
+                alpha = evaluate_and_keep()
+            report(Progress("train", *total_done(), len(training), seen, step, loss_value, alpha, best_alpha))
+        if step % s.eval_every:
+            alpha = evaluate_and_keep()
+    except KeyboardInterrupt:
+        interrupted = True  # the best weights so far are already on disk
+    report(Progress("done", 1, 1, len(training), seen, step, loss_value, alpha, best_alpha))
+    return Outcome(weights, card_path, best_alpha, step, best_step, tokens, len(training), len(held), data_s,
+                   time.monotonic() - train_start, interrupted)
+
+
+def card_text(card, weights: str, command: str, alpha: list[float]) -> str:
+    """A ready card beside the weights: the source card's target and decoding settings."""
+    import yaml
+
+    target = card.target
+    if not target.startswith(("pkg:", "toy")) and not target.startswith("random:"):
+        path = Path(target).expanduser()
+        local = path if path.is_absolute() else card.folder / path
+        target = str(local.resolve()) if local.exists() else target
+    elif target.startswith("random:"):
+        path = Path(target[7:]).expanduser()
+        target = "random:" + str((path if path.is_absolute() else card.folder / path).resolve())
+    raw = {"description": f"{card.target} with a features draft trained by specdec distill",
+           "target": target, "draft": {"kind": "features", "weights": weights},
+           "decoding": {"k": card.k, "max_tokens": card.max_tokens, "chat_template": card.chat_template},
+           "device": card.device, "dtype": card.dtype}
+    if card.trust_remote_code:
+        raw["trust_remote_code"] = True
+    head = (f"# Made by: {command}\n# Held-out teacher-forced acceptance by draft position: "
+            f"{' '.join(f'{a:.3f}' for a in alpha)}\n")
+    return head + yaml.safe_dump(raw, sort_keys=False)

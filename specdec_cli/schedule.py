@@ -1,0 +1,203 @@
+"""Schedules: how many tokens the draft proposes each round (d in 0..k; 0 = a plain step).
+
+A schedule never touches exactness (the loop verifies whatever is proposed); it only decides
+how many target steps the same output costs. `Scheduled` wraps any draft with one:
+    fixed      d = k every round
+    heuristic  transformers' num_assistant_tokens_schedule: +2 after a full accept, -1 after a
+               miss, kept within 1..k
+    cost       d = argmax_d E[d] / (d·c + v(d+1)) with the measured cost profile (costs.py) and
+               per-position acceptance learned online (Leviathan et al. 2023's expected length,
+               with per-position rates instead of one)
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+SCHEDULES = ("cost", "heuristic", "fixed")
+
+
+class Fixed:
+    name = "fixed"
+
+    def begin(self) -> None:
+        pass
+
+    def length(self, key: int, k: int, context: int) -> int:
+        return k
+
+    def observe(self, key: int, drafted: int, accepted: int) -> None:
+        pass
+
+
+class Heuristic:
+    """+2 after a round where every proposal was accepted, -1 (to at least 1) otherwise. The
+    limit is clamped to k: a long streak must not leave it far above what is ever proposed,
+    or a run of misses would take as many rounds to bring it down."""
+
+    name = "heuristic"
+
+    def __init__(self, start: int = 2):
+        self.start = start
+
+    def begin(self) -> None:
+        self.limit, self.cap = self.start, 1
+
+    def length(self, key: int, k: int, context: int) -> int:
+        self.cap = max(self.cap, k)  # the request's k (rounds near max_tokens ask for less)
+        self.limit = min(self.limit, self.cap)
+        return min(k, self.limit)
+
+    def observe(self, key: int, drafted: int, accepted: int) -> None:
+        self.limit = min(self.limit + 2, self.cap) if accepted == drafted else max(1, self.limit - 1)
+
+
+class Acceptance:
+    """Per-position acceptance α_1..α_K for one context key, learned online: α_j is the chance
+    proposal j survives given 1..j-1 did. Beta(prior) pseudo-counts plus observed counts that
+    decay by `decay` per observation, so the estimate follows a request that changes character
+    (a copied passage, then free text) and a poor start is forgiven."""
+
+    def __init__(self, prior: float, weight: float = 2.0, decay: float = 0.97):
+        self.prior, self.weight, self.decay = prior, weight, decay
+        self.reached: list[float] = []  # per position: rounds where it was proposed after a clean run
+        self.kept: list[float] = []  # of those, rounds where it was accepted
+
+    def alpha(self, j: int) -> float:
+        """α_j (1-based)."""
+        reached = self.reached[j - 1] if j <= len(self.reached) else 0.0
+        kept = self.kept[j - 1] if j <= len(self.kept) else 0.0
+        return (kept + self.prior * self.weight) / (reached + self.weight)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        grow = drafted - len(self.reached)
+        if grow > 0:
+            self.reached += [0.0] * grow
+            self.kept += [0.0] * grow
+        self.reached = [x * self.decay for x in self.reached]
+        self.kept = [x * self.decay for x in self.kept]
+        for j in range(min(drafted, accepted + 1)):  # positions 1..accepted+1 were judged
+            self.reached[j] += 1
+            self.kept[j] += j < accepted
+
+
+def expected_tokens(alphas: list[float]) -> float:
+    """E[d] = 1 + α_1 + α_1·α_2 + … + α_1·…·α_d: tokens a round emits (the +1 is the target's)."""
+    total, run = 1.0, 1.0
+    for a in alphas:
+        run *= a
+        total += run
+    return total
+
+
+def best_length(alphas: list[float], k: int, c: float, v: Callable[[int], float]) -> tuple[int, float]:
+    """(d, gain) maximising gain(d) = E[d] / (d·c + v(d+1)) over d = 0..k; d = 0 (a plain step,
+    gain 1/v(1) = 1) wins ties, so speculation has to pay to be chosen."""
+    best, best_gain, run, total = 0, 1.0 / v(1), 1.0, 1.0
+    for d in range(1, k + 1):
+        run *= alphas[d - 1]
+        total += run
+        gain = total / (d * c + v(d + 1))
+        if gain > best_gain * (1 + 1e-9):
+            best, best_gain = d, gain
+    return best, best_gain
+
+
+class Cost:
+    """d = argmax over 0..k of E[d] / (d·c + v(d+1)): expected emitted tokens per unit time,
+    both in 1-token target steps measured on this machine (costs.CostProfile). Acceptance is
+    learned per context key (prompt lookup: the matched n-gram length, since a 3-gram match
+    predicts more than a 1-gram one) from every round's outcome."""
+
+    name = "cost"
+
+    def __init__(self, profile: Callable[[int], object], draft_label: str, prior: Callable[[int], float]):
+        self._profile, self.draft_label, self.prior = profile, draft_label, prior
+        self.table: dict[int, Acceptance] = {}
+
+    def begin(self) -> None:
+        self.table = {}  # per request: acceptance depends on the prompt
+
+    def acceptance(self, key: int) -> Acceptance:
+        if key not in self.table:
+            self.table[key] = Acceptance(self.prior(key))
+        return self.table[key]
+
+    def length(self, key: int, k: int, context: int) -> int:
+        if k == 0:
+            return 0
+        profile = self._profile(k + 1)  # v(1..k+1), measured once per machine (cached)
+        table = self.acceptance(key)
+        alphas = [table.alpha(j) for j in range(1, k + 1)]
+        return best_length(alphas, k, profile.c(self.draft_label), lambda n: profile.v(n, context))[0]
+
+    def observe(self, key: int, drafted: int, accepted: int) -> None:
+        if drafted:
+            self.acceptance(key).observe(drafted, accepted)
+
+
+def lookup_prior(key: int) -> float:
+    """Prompt lookup before any evidence: a longer matched n-gram more likely continues (a guess,
+    corrected within a few rounds; 0 = no match: nothing to propose anyway)."""
+    return {0: 0.0, 1: 0.3, 2: 0.5}.get(key, 0.65)
+
+
+class Scheduled:
+    """A draft whose proposal length a schedule picks each round (the Draft protocol, wrapped).
+
+    For a free draft (no model call: prompt lookup) a round the schedule skips still teaches it:
+    the draft's first token is peeked at no cost and compared with the target's token."""
+
+    def __init__(self, draft, schedule):
+        self.draft, self.schedule = draft, schedule
+        self.name = f"{draft.name}+{schedule.name}"
+        self.needs_reference = getattr(draft, "needs_reference", False)
+        self.free = getattr(draft, "free", False)
+
+    @property
+    def forwards(self) -> int:
+        return self.draft.forwards
+
+    def begin(self, prompt: list[int]) -> None:
+        self.schedule.begin()
+        self.round = None
+        self.draft.begin(prompt)
+
+    def _length(self, tokens: list[int], k: int) -> int:
+        key = self.draft.context_key(tokens, k) if hasattr(self.draft, "context_key") else 0
+        d = self.schedule.length(key, k, len(tokens))
+        peek = self.draft.lookup(tokens, 1) if d == 0 and k and key and self.free and hasattr(self.draft, "lookup") else None
+        self.round = (key, len(tokens), peek)
+        return d
+
+    def propose(self, tokens: list[int], k: int) -> torch.Tensor:
+        proposal = self.draft.propose(tokens, self._length(tokens, k))
+        self.drafted = proposal.shape[0]
+        return proposal
+
+    def propose_sampled(self, tokens: list[int], k: int, warp, generator):
+        d = self._length(tokens, k)
+        if hasattr(self.draft, "propose_sampled"):
+            proposal, q = self.draft.propose_sampled(tokens, d, warp, generator)
+        else:
+            proposal, q = self.draft.propose(tokens, d), None
+        self.drafted = proposal.shape[0]
+        return proposal, q
+
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
+        key, base, peek = self.round
+        if self.drafted:  # a round with no proposal says nothing about the draft...
+            self.schedule.observe(key, self.drafted, accepted)
+        elif peek:  # ...unless we peeked: would its first token have been the target's?
+            self.schedule.observe(key, 1, int(peek[0] == tokens[base]))
+        self.draft.update(tokens, accepted, new)
+
+    def step_seconds(self, context: list[int]) -> float:
+        return self.draft.step_seconds(context) if hasattr(self.draft, "step_seconds") else 0.0
+
+
+def AdaptiveK(draft, start: int = 2) -> Scheduled:  # noqa: N802 - the name users and tests know
+    """transformers' heuristic schedule around any draft."""
+    return Scheduled(draft, Heuristic(start))

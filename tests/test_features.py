@@ -1,0 +1,256 @@
+"""The `features` draft (EAGLE-style, features.py) and `specdec distill` (distill.py), on the
+tiny random Llama (cards/configs/tiny-llama.json: 4 layers, hidden 64, bytes as tokens).
+
+A random model's greedy continuations fall into loops after a few tokens: a deterministic
+target the draft can learn to near 1.0 in a few seconds of training."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specdec_cli import distill as D
+from specdec_cli import features
+from specdec_cli.cards import DraftSpec, load_card
+from specdec_cli.decoding import greedy_decode, speculative_decode
+from specdec_cli.pair import build_draft, load_pair
+from specdec_cli.prompts import SUITE, Prompt
+from specdec_cli.sampling import Sampling, speculative_sample
+from specdec_cli.trainprompts import training_prompts
+
+from .test_errors import assert_one_error
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = json.loads((ROOT / "cards/configs/tiny-llama.json").read_text())
+WORDS = "the cat dog sat ran on a mat hat big small red blue".split()
+NO_EOS = frozenset()
+
+
+def tiny_card(folder: Path, config: dict = TINY, draft: dict | None = None, name: str = "tiny") -> Path:
+    (folder / f"{name}.json").write_text(json.dumps(config))
+    card = {"description": "tiny random llama", "target": f"random:{name}.json",
+            "draft": draft or {"kind": "prompt-lookup"}, "decoding": {"k": 4, "max_tokens": 40}, "device": "cpu"}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(card))
+    return path
+
+
+def word_prompts(n: int, seed: int = 0) -> list[Prompt]:
+    r = random.Random(seed)
+    return [Prompt(f"p{i}", " ".join(r.choice(WORDS) for _ in range(r.randint(2, 6)))) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A draft distilled for 120 steps on the tiny target: (pair, outcome, progress reports)."""
+    folder = tmp_path_factory.mktemp("distilled")
+    torch.set_num_threads(1)
+    pair = load_pair(load_card(str(tiny_card(folder))))
+    reports = []
+    s = D.Settings(steps=120, max_new_tokens=64, heldout=8, eval_every=40, batch=8, lr=3e-3, warmup=10)
+    outcome = D.distill(pair, word_prompts(40), s, folder / "out", "specdec distill (test)", "word prompts",
+                        reports.append)
+    return pair, outcome, reports
+
+
+def draft_of(pair, outcome):
+    return build_draft(DraftSpec(kind="features", weights=str(outcome.weights), schedule="fixed"), pair)
+
+
+# ---------------------------------------------------------------------------- HFLM.keep_hidden
+def test_keep_hidden_leaves_logits_bit_identical_and_keeps_what_the_head_reads(tmp_path):
+    lm = load_pair(load_card(str(tiny_card(tmp_path)))).target
+    ids = torch.tensor([[5, 9, 77, 3, 120, 8]])
+    plain = lm.forward(ids, lm.new_cache())
+    lm.keep_hidden = True
+    cache = lm.new_cache()
+    kept = lm.forward(ids, cache)
+    assert torch.equal(plain, kept)
+    assert lm.hidden.shape == (6, 64) and lm.hidden_start == 0 and torch.equal(lm.hidden_ids, ids[0])
+    with torch.no_grad():
+        decoder = lm.model.get_decoder()(input_ids=ids).last_hidden_state[0]
+        assert torch.equal(lm.hidden, decoder)
+        assert torch.allclose(lm.model.get_output_embeddings()(lm.hidden), kept, atol=1e-5)
+    version = lm.version
+    lm.forward(torch.tensor([[4, 4]]), cache, keep=1)  # keep=1 still keeps every fed position
+    assert lm.hidden.shape == (2, 64) and lm.hidden_start == 6 and lm.version == version + 1
+
+
+# ---------------------------------------------------------------------------- distill learns
+def test_distilling_lowers_the_loss_and_raises_held_out_acceptance_to_near_one(trained):
+    _, outcome, reports = trained
+    train = [r for r in reports if r.phase == "train"]
+    assert max(train[0].alpha) < 0.1  # untrained: the draft guesses
+    losses = [r.loss for r in train if r.loss is not None]
+    assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:10]) / 10
+    assert outcome.alpha[0] >= 0.75 and min(outcome.alpha[1:]) >= 0.95, outcome.alpha  # loops: near 1.0
+    assert outcome.steps == 120 and outcome.prompts == 32 and outcome.heldout == 8
+
+
+def test_the_saved_file_round_trips(trained, tmp_path):
+    pair, outcome, _ = trained
+    block, ids, meta = features.load(outcome.weights, pair.target)
+    assert meta["format"] == features.FORMAT and meta["fingerprint"] == features.fingerprint(pair.target)
+    assert meta["target"] == pair.card.target and json.loads(meta["steps"]) == outcome.best_step
+    assert json.loads(meta["alpha"]) == [round(a, 4) for a in outcome.alpha]
+    assert meta["command"] == "specdec distill (test)" and json.loads(meta["tokens"]) == outcome.tokens
+    again = tmp_path / "again.safetensors"
+    features.save(again, block, ids, {k: v for k, v in meta.items() if k not in ("format", "config")})
+    block2, ids2, meta2 = features.load(again, pair.target)
+    assert meta2 == meta and torch.equal(ids, ids2)
+    assert all(torch.equal(a, b) for a, b in zip(block.state_dict().values(), block2.state_dict().values()))
+
+
+def test_the_draft_shares_the_targets_embedding_and_head(trained):
+    pair, outcome, _ = trained
+    draft = draft_of(pair, outcome)
+    model = pair.target.model
+    assert draft.embed is model.get_input_embeddings()
+    assert draft.head.prefix and draft.head.weight.data_ptr() == model.get_output_embeddings().weight.data_ptr()
+    assert pair.target.keep_hidden
+
+
+# ---------------------------------------------------------------------------- exactness
+def test_trained_draft_keeps_speculative_equal_to_greedy(trained):
+    pair, outcome, _ = trained
+    draft = draft_of(pair, outcome)
+    accepted = 0
+    for text in ["the cat sat", "big red dog ran on a mat", "x", "zebra quantum"]:
+        prompt = pair.tokenizer.encode(text)
+        greedy = greedy_decode(pair.target, prompt, 40, NO_EOS).tokens
+        for k in (1, 2, 4, 8):
+            spec = speculative_decode(pair.target, draft, prompt, k, 40, NO_EOS)
+            assert spec.tokens == greedy, (text, k)
+            accepted += spec.stats.accepted
+    assert accepted > 100  # and it is not exact by proposing nothing
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(prompt=st.lists(st.integers(0, 255), min_size=1, max_size=12), k=st.integers(1, 8),
+       max_tokens=st.integers(1, 30), eos=st.sets(st.integers(0, 255), max_size=3))
+def test_property_speculative_equals_greedy(trained, prompt, k, max_tokens, eos):
+    pair, outcome, _ = trained
+    draft = draft_of(pair, outcome)
+    eos = frozenset(eos)
+    assert speculative_decode(pair.target, draft, prompt, k, max_tokens, eos).tokens == \
+        greedy_decode(pair.target, prompt, max_tokens, eos).tokens
+
+
+def test_a_reduced_vocabulary_never_proposes_outside_it_and_stays_exact(trained):
+    pair, outcome, _ = trained
+    block, _, meta = features.load(outcome.weights, pair.target)
+    subset = torch.tensor(sorted(set(range(0, 512, 3)) | set(pair.tokenizer.encode("the cat sat on a mat"))))
+    draft = features.FeatureDraft(pair.target, block, subset)
+    assert not draft.head.prefix  # a gathered N-row head
+    prompt = pair.tokenizer.encode("the cat sat")
+    greedy = greedy_decode(pair.target, prompt, 40, NO_EOS).tokens
+    assert speculative_decode(pair.target, draft, prompt, 4, 40, NO_EOS).tokens == greedy
+    pair.target.forward(torch.tensor([prompt[:-1]]), pair.target.new_cache())  # the prefill it reads
+    draft.begin(prompt)
+    warp = Sampling(0.8).warp
+    tokens, q = draft.propose_sampled(prompt, 4, warp, torch.Generator().manual_seed(0))
+    assert q.shape == (4, 512) and torch.allclose(q.sum(-1), torch.ones(4))
+    outside = torch.ones(512, dtype=torch.bool)
+    outside[subset] = False
+    assert q[:, outside].abs().sum() == 0 and all(int(t) in set(subset.tolist()) for t in tokens)
+
+
+def test_sampling_from_a_copied_prefill_and_a_stale_hidden_state(trained):
+    """Many draws from one prefill (no prefill forward per draw), and a target forward made by
+    someone else between propose and update: the draft notices and recomputes its features."""
+    pair, outcome, _ = trained
+    draft = draft_of(pair, outcome)
+    prompt = pair.tokenizer.encode("the cat sat")
+    prefix = pair.prefill(prompt)
+    draws = [speculative_sample(pair.target, draft, prompt, 4, 20, NO_EOS, Sampling(0.7),
+                                torch.Generator().manual_seed(s), prefix).tokens for s in range(3)]
+    assert all(len(d) == 20 for d in draws)
+
+    class Meddler:  # runs the target on something else right before every update
+        name, forwards = "meddler", 0
+
+        def begin(self, p): draft.begin(p)
+        def propose(self, t, k): return draft.propose(t, k)
+
+        def update(self, t, accepted, new=None):
+            pair.target.forward(torch.tensor([[1, 2, 3]]), pair.target.new_cache())
+            draft.update(t, accepted, new)
+
+    greedy = greedy_decode(pair.target, prompt, 30, NO_EOS).tokens
+    spec = speculative_decode(pair.target, Meddler(), prompt, 4, 30, NO_EOS)
+    assert spec.tokens == greedy and spec.stats.accepted > 0
+
+
+def test_step_seconds_measures_one_proposed_token(trained):
+    pair, outcome, _ = trained
+    seconds = draft_of(pair, outcome).step_seconds(list(range(1, 40)))
+    assert 0 < seconds < 0.05
+
+
+# ---------------------------------------------------------------------------- training prompts
+def test_training_prompts_are_not_the_benchmark_prompts():
+    texts = [p.text for p in training_prompts()]
+    assert len(texts) == len(set(texts)) >= 1000
+    for bench in SUITE:
+        assert all(bench.text not in t and t not in bench.text for t in texts), bench.id
+
+
+# ---------------------------------------------------------------------------- the CLI
+def test_distill_cli_writes_weights_and_a_card_that_generates_exactly(run, tmp_path):
+    card = tiny_card(tmp_path)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n".join(p.text for p in word_prompts(24)))
+    out = tmp_path / "out"
+    r = run("distill", "-c", card, "--prompts-file", prompts, "--steps", 30, "--out", out, "--seed", 3)
+    assert r.exit_code == 0, r.stderr
+    written = out / "tiny-features.yaml"
+    assert r.stdout.strip() == str(written) and (out / "model.safetensors").is_file()
+    assert "held-out acceptance by draft position" in r.stderr
+    meta = features.read_header(out / "model.safetensors")
+    assert meta["command"] == f"specdec distill -c {card} --minutes 30 --seed 3 --prompts-file {prompts} --steps 30"
+    r = run("generate", "-c", written, "--mode", "both", "--json", "-n", "24", "the cat sat")
+    assert r.exit_code == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["identical"] and result["spec"]["metrics"]["accepted"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--minutes", "0"), "command line: --minutes: must be a number > 0, got 0.0"),
+    (("--minutes", "-5"), "command line: --minutes: must be a number > 0, got -5.0"),
+    (("--out", "{file}"), "command line: --out: {file} exists and is not a folder"),
+    (("--out", "{file}/sub"), "command line: --out: cannot write to {file}/sub: Not a directory"),
+])
+def test_distill_bad_input_fails_before_loading(run, tmp_path, monkeypatch, args, message):
+    import specdec_cli.pair as pair_mod
+
+    monkeypatch.setattr(pair_mod, "load", lambda *a, **kw: (_ for _ in ()).throw(AssertionError("loaded a model")))
+    file = tmp_path / "taken"
+    file.write_text("")
+    args = [a.replace("{file}", str(file)) for a in args]
+    r = run("distill", "-c", tiny_card(tmp_path), *args)
+    assert_one_error(r, message.replace("{file}", str(file)))
+
+
+def test_weights_for_another_target_are_one_error_line(run, trained, tmp_path):
+    _, outcome, _ = trained
+    draft = {"kind": "features", "weights": str(outcome.weights)}
+    narrow = tiny_card(tmp_path, {**TINY, "hidden_size": 32}, draft, name="narrow")
+    r = run("generate", "-c", narrow, "ba")
+    assert_one_error(r, f"{narrow}: draft.weights: {outcome.weights}: expects a target with hidden size 64 and "
+                        f"vocabulary 512 (trained for random:tiny.json); this target has hidden size 32 and vocabulary 512",
+                     alone=False)
+    other = tiny_card(tmp_path, {**TINY, "initializer_range": 0.03}, draft, name="other")  # same shapes, other weights
+    r = run("generate", "-c", other, "ba")
+    fp = features.read_header(outcome.weights)["fingerprint"]
+    assert r.exit_code == 2 and r.stdout == ""
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith(f"Error: {other}: draft.weights: {outcome.weights}: was trained for target random:tiny.json "
+                           f"with embedding fingerprint {fp[:12]}…; this target's is ")
+    assert last.endswith("(a features draft fits one target: train one with specdec distill)")
