@@ -30,7 +30,8 @@ ENGINES = ("vllm", "sglang", "llama.cpp")
 KINDS = ("model", "prompt-lookup")  # the draft kinds every engine above can run
 WHY_NOT = {"early-exit": "a draft made of the target's own first layers",
            "toy": "specdec's built-in test draft",
-           "synthetic": "a benchmark draft that copies the target's own output"}
+           "synthetic": "a benchmark draft that copies the target's own output",
+           "features": "specdec's own EAGLE-style weights file, which no engine reads"}
 
 
 @dataclass
@@ -68,9 +69,8 @@ def export(card: Card, engine: str) -> Export:
     request = {"max_tokens": card.max_tokens, "temperature": card.temperature, "top_k": card.top_k,
                "top_p": card.top_p, "seed": card.seed}
     argv, speculative = BUILD[engine](card, target, draft, notes)
-    schedule = getattr(spec, "schedule", "heuristic" if getattr(spec, "adaptive", False) else "fixed")
-    if schedule != "fixed":
-        notes.append(f"draft.schedule: {schedule}: {engine} drafts a fixed number of tokens each round; exported "
+    if spec.schedule != "fixed":
+        notes.append(f"draft.schedule: {spec.schedule}: {engine} drafts a fixed number of tokens each round; exported "
                      f"decoding.k = {card.k}. {DYNAMIC[engine]}")
     return Export(card.name, engine, argv, speculative, request, notes)
 

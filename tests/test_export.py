@@ -65,6 +65,7 @@ def not_gguf(card: str, ref: str) -> str:
 
 EARLY = "a draft made of the target's own first layers"
 TOY = "specdec's built-in test draft"
+FEATURES = "specdec's own EAGLE-style weights file, which no engine reads"
 CODER = "{models}/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 CODER_DRAFT = "{models}/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 # card -> engine -> argv (a dict stands for a JSON argument) or the exact refusal line
@@ -99,6 +100,7 @@ EXPECTED = {
     "smollm2-early-exit": {e: no_kind("smollm2-early-exit", e, "early-exit", EARLY) for e in ENGINES},
     "random-llama-1b": {e: no_kind("random-llama-1b", e, "early-exit", EARLY) for e in ENGINES},
     "toy": {e: no_kind("toy", e, "toy", TOY) for e in ENGINES},
+    "smollm2-distilled": {e: no_kind("smollm2-distilled", e, "features", FEATURES) for e in ENGINES},
 }
 
 
@@ -172,13 +174,13 @@ def test_json_output_is_one_object_agreeing_with_the_command_line(run, engine):
 
 
 def test_notes_say_what_the_engine_does_differently(run):
-    """smollm2: a heuristic schedule (the engine's k is fixed) and, on llama.cpp, an n-gram range
+    """smollm2: a cost schedule (the engine's k is fixed) and, on llama.cpp, an n-gram range
     ngram-simple cannot express (one n-gram length)."""
     r = run("export", "smollm2", "--engine", "llama.cpp")
     notes = r.stderr.splitlines()
     assert "Note: draft.min_ngram: llama.cpp's ngram-simple matches exactly 3 tokens (draft.max_ngram); it does not " \
            "fall back to shorter n-grams down to 1" in notes
-    assert any(n.startswith("Note: draft.schedule: heuristic: llama.cpp drafts a fixed number of tokens each round; "
+    assert any(n.startswith("Note: draft.schedule: cost: llama.cpp drafts a fixed number of tokens each round; "
                             "exported decoding.k = 4.") for n in notes), notes
     vllm = run("export", "smollm2", "--engine", "vllm").stderr.splitlines()
     assert any("vllm-gguf-plugin" in n and n.startswith("Note: target: ") for n in vllm), vllm

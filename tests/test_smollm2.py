@@ -32,8 +32,8 @@ def references(smollm2_pair):
     return refs
 
 
-@pytest.mark.parametrize("draft", [DraftSpec("prompt-lookup"), DraftSpec("prompt-lookup", adaptive=True),
-                                   DraftSpec("early-exit", layers=20)], ids=lambda d: d.label())
+@pytest.mark.parametrize("draft", [DraftSpec("prompt-lookup", schedule=s) for s in ("fixed", "heuristic", "cost")]
+                                  + [DraftSpec("early-exit", layers=20, schedule="fixed")], ids=lambda d: d.label())
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_speculative_equals_transformers_generate(smollm2_pair, references, draft, k):
     pair = smollm2_pair
