@@ -30,6 +30,7 @@ BUILTIN_DIR = _builtin_dir()
 DRAFT_KINDS = ("model", "prompt-lookup", "early-exit", "toy", "synthetic", "features")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZE = ("none", "int8")  # a model draft's weights: as loaded, or int8 nn.Linear layers (CPU)
 MAX_K = 64  # beyond this a verify forward is mostly wasted work; almost surely a typo
 MAX_TOKENS = 1_000_000
 
@@ -39,6 +40,8 @@ class DraftSpec:
     kind: str
     model: str | None = None  # kind model: a model reference
     revision: str | None = None  # kind model: the draft's hub revision (the card's `revision` is the target's)
+    dtype: str = "auto"  # kind model: the draft's own dtype (auto = the target's); the target verifies in its own
+    quantize: str = "none"  # kind model: int8 = dynamically quantized nn.Linear layers (CPU only)
     layers: int | None = None  # kind early-exit: how many target layers the draft runs
     max_ngram: int = 3  # kind prompt-lookup: longest n-gram matched (then shorter ones)
     min_ngram: int = 1
@@ -49,6 +52,8 @@ class DraftSpec:
 
     def label(self) -> str:
         model = f"{self.model}@{self.revision}" if self.revision else self.model
+        if self.kind == "model":  # a cheapened draft is another draft: its own name, its own measured c
+            model += "".join(f", {x}" for x in (self.dtype, self.quantize) if x not in ("auto", "none"))
         extra = {"model": model, "early-exit": f"layers={self.layers}",
                  "toy": f"agree={self.agree}", "synthetic": f"agree={self.agree}",
                  "features": Path(self.weights or "").stem}.get(self.kind)
@@ -186,9 +191,9 @@ DECODING = {"k": _int(1, MAX_K), "max_tokens": _int(1, MAX_TOKENS), "chat_templa
             "temperature": _temperature, "top_k": _int(0, 2**31 - 1), "top_p": _top_p, "seed": _int(0, 2**63 - 1)}
 DRAFT = {"kind": _choice(DRAFT_KINDS), "model": _str, "revision": _str, "layers": _int(1, 1000),
          "max_ngram": _int(1, 16), "min_ngram": _int(1, 16), "agree": _prob, "seed": _int(0, 2**63 - 1), "schedule": _choice(SCHEDULES), "adaptive": _bool,
-         "weights": _str}
+         "weights": _str, "dtype": _choice(DTYPE_NAMES), "quantize": _choice(QUANTIZE)}
 # Which draft fields each kind takes (kind itself always); anything else is an error, not ignored.
-KIND_FIELDS = {"model": {"model", "revision"}, "prompt-lookup": {"max_ngram", "min_ngram"},
+KIND_FIELDS = {"model": {"model", "revision", "dtype", "quantize"}, "prompt-lookup": {"max_ngram", "min_ngram"},
                "early-exit": {"layers"}, "toy": {"agree", "seed"}, "synthetic": {"agree", "seed"},
                "features": {"weights"}}
 SCHEDULE_FIELDS = {"schedule", "adaptive"}  # every kind takes a schedule (`adaptive`: its old name)
@@ -236,6 +241,9 @@ def draft_spec(where: str, raw, field: str = "draft") -> DraftSpec:
     spec = DraftSpec(**raw)
     if spec.min_ngram > spec.max_ngram:
         raise SpecdecError(f"{where}: {field}.min_ngram: must be <= max_ngram ({spec.max_ngram}), got {spec.min_ngram}")
+    if spec.quantize == "int8" and spec.dtype not in ("auto", "float32"):
+        raise SpecdecError(f"{where}: {field}.dtype: must be auto or float32 with {field}.quantize: int8 "
+                           f"(int8 layers are quantized from float32), got {spec.dtype!r}")
     return spec
 
 

@@ -19,7 +19,8 @@ from .drafts import Draft, ModelDraft, OracleDraft, PromptLookupDraft, Synthetic
 from .errors import SpecdecError
 from .memory import peak_rss_mb
 from .metrics import speedup
-from .models import HFLM, ModelRef, check_vocab, early_exit, load, parse_ref, resolve_device, resolve_dtype
+from .models import (DTYPES, HFLM, ModelRef, check_vocab, early_exit, load, parse_ref, quantize_int8,
+                     resolve_device, resolve_dtype)
 from .sampling import Sampling, sample_decode, speculative_sample
 from .schedule import Cost, Fixed, Heuristic, Scheduled, lookup_prior
 from .toy import ToyLM
@@ -219,13 +220,22 @@ def _build(spec: DraftSpec, pair: Pair) -> Draft:
             raise SpecdecError(f"{card.path}: draft.layers: {e}") from None
         return ModelDraft(view, target.vocab_size, name=label)
     ref = model_ref(card, "draft.model", spec.model)
-    model, tok = load(ref, pair.device, pair.dtype, card.trust_remote_code, spec.revision)
+    # The draft's own dtype (the target verifies in its own, so outputs stay exact); int8 layers
+    # are quantized from float32 weights and take float32 activations.
+    dtype = pair.dtype if spec.dtype == "auto" else DTYPES[spec.dtype]
+    dtype = torch.float32 if spec.quantize == "int8" else dtype
+    model, tok = load(ref, pair.device, dtype, card.trust_remote_code, spec.revision)
     if not isinstance(model, HFLM):
         raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
     try:
         shared = check_vocab(pair.tokenizer, tok, card.target, spec.model)
     except SpecdecError as e:
         raise SpecdecError(f"{card.path}: draft.model: {e}") from None
+    if spec.quantize == "int8":
+        try:
+            quantize_int8(model)
+        except SpecdecError as e:
+            raise SpecdecError(f"{card.path}: draft.quantize: {e}") from None
     return ModelDraft(model, shared, name=label)
 
 
@@ -263,6 +273,9 @@ def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = ()) -> ModelRe
             raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs a transformers target, got '{card.target}'")
         if spec.kind == "model" and model_ref(card, "draft.model", spec.model).kind == "toy":
             raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
+        if spec.quantize == "int8" and resolve_device(card.device).type != "cpu":
+            raise SpecdecError(f"{card.path}: draft.quantize: 'int8' runs on the CPU only (dynamic int8 layers), "
+                               f"but device {card.device!r} is {resolve_device(card.device)}")
         if spec.kind == "features":
             path = weights_path(card, spec)
             try:
