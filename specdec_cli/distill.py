@@ -4,9 +4,10 @@
    left-padded), cached per batch in the user cache so a rerun skips what it already made.
 2. Features: a hook on the target's decoder keeps the final hidden states f_i that `generate`
    computes anyway; the labels y_i are the greedy tokens it chose (no second pass).
-3. Training: at every position j the block drafts `unroll` tokens the way it drafts in the loop
-   (FeatureBlock.unroll); loss = cross-entropy against y_{j+s} + `reg` x smooth-L1 between the
-   predicted and the true feature f_{j+s}, for s = 1..unroll.
+3. Training: a linear warm start (least squares), then at every position j the block drafts
+   `unroll` tokens the way it drafts in the loop (FeatureBlock.unroll); loss = cross-entropy
+   against the target's distribution at j+s (its LM head over f_{j+s}, as EAGLE-1) + `reg` x
+   smooth-L1 between the predicted and the true feature f_{j+s}, for s = 1..unroll.
 4. Held-out prompts measure acceptance per draft position as it trains (teacher-forced: the
    chance the i-th drafted token equals the target's greedy token, given the ones before did);
    every new best is written at once (so Ctrl-C keeps it): model.safetensors and a card.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import tempfile
 import time
@@ -46,13 +46,16 @@ class Settings:
     seed: int = 0
     steps: int | None = None  # train exactly this many steps (replays a run; the clock is ignored)
     prompts: int | None = None  # use exactly this many training prompts (replays a run's data)
-    data_share: float = 0.35  # of the budget, at most, for generating data
+    data_share: float = 0.5  # of the budget, at most, for generating data (the draft is data-limited on a CPU)
     max_new_tokens: int = 128  # continuation length per prompt (EOS ends one sooner)
     gen_batch: int = 16  # prompts per generate call
     heldout: int = 24  # prompts held out to measure acceptance (never trained on)
-    vocab: int = 8192  # draft vocabulary: the most frequent target tokens (>= the target's: all)
+    vocab: int = 8192  # draft vocabulary size (see draft_vocab; >= the target's: all of it)
     unroll: int = 2  # drafted steps trained per position (1 = EAGLE-1; 2+ = training-time test)
     reg: float = 1.0  # weight of the feature regression beside the token loss
+    noise: float = 0.2  # Gaussian noise on the input features, x their RMS (EAGLE: robustness to its own errors)
+    warm_start: bool = True  # fc from least squares first (False: from random weights only)
+    width: int | None = None  # the block's MLP width (None: half the target's; more only overfits small data)
     lr: float = 1e-3
     warmup: int = 50  # steps of linear warm-up, then a constant rate (no schedule tied to a total)
     batch: int = 8  # sequences per step
@@ -208,19 +211,44 @@ def make_data(pair, prompts: list[Prompt], s: Settings, fingerprint: str, deadli
 
 
 def draft_vocab(seqs: list[Sequence], size: int, target_vocab: int) -> torch.Tensor:
-    """The `size` most frequent target tokens y_i in the training data, ascending ids (all of
-    them when size >= the target's vocabulary). Ties break towards the smaller id."""
+    """`size` target ids for the draft's head (all of them when size >= the vocabulary): the
+    first `size` ids (byte-level BPE numbers tokens roughly by frequency; the head is then a
+    view of the target's, shared) or the `size` most frequent tokens of the training answers,
+    whichever covers more of the held-out answers. Ascending ids; ties prefer the prefix."""
     if size >= target_vocab:
         return torch.arange(target_vocab)
     counts = Counter()
     for q in seqs:
         if not q.heldout:
             counts.update(t for t in q.labels.tolist() if t >= 0)
-    ids = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]]
-    if len(ids) < size:  # a corpus with fewer distinct tokens: fill up with the lowest other ids
-        seen = set(ids)
-        ids += [t for t in range(target_vocab) if t not in seen][: size - len(ids)]
-    return torch.tensor(sorted(ids))
+    frequent = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]]
+    seen = set(frequent)  # a corpus with fewer distinct tokens: fill up with the lowest other ids
+    frequent = sorted(frequent + [t for t in range(target_vocab) if t not in seen][: size - len(frequent)])
+    held = [t for q in seqs if q.heldout for t in q.labels.tolist() if t >= 0]
+    if sum(t < size for t in held) >= sum(t in seen for t in held):
+        return torch.arange(size)
+    return torch.tensor(frequent)
+
+
+def warm_start(block: features.FeatureBlock, batcher: "Batcher", seqs: list[Sequence], ridge: float = 1.0) -> None:
+    """Start from the best linear guess: `fc` = the least-squares map from (f_j, embed(t_{j+1}))
+    to f_{j+1} over the training data (ridge-regularised), with the attention and MLP outputs
+    zeroed, so step 0 already drafts like a linear predictor and training learns the rest."""
+    H = block.cfg.hidden
+    xtx = torch.zeros(2 * H, 2 * H, dtype=torch.float64, device=batcher.device)
+    xty = torch.zeros(2 * H, H, dtype=torch.float64, device=batcher.device)
+    for i in range(0, len(seqs), 16):
+        feats, embeds, _, lengths = batcher(seqs[i:i + 16])
+        S = feats.shape[1]
+        valid = torch.arange(S - 1, device=feats.device)[None] + 1 < lengths[:, None]  # f_{j+1} exists
+        x = torch.cat([feats[:, :-1], embeds[:, 1:S]], dim=-1)[valid].double()
+        xtx += x.T @ x
+        xty += x.T @ feats[:, 1:][valid].double()
+    xtx += ridge * torch.eye(2 * H, dtype=torch.float64, device=xtx.device)
+    with torch.no_grad():
+        block.fc.weight.copy_(torch.linalg.solve(xtx, xty).T.float())
+        block.o.weight.zero_()
+        block.down.weight.zero_()
 
 
 # ---------------------------------------------------------------------------- training
@@ -253,19 +281,20 @@ class Batcher:
         return feats, embeds, labels, lengths
 
 
-def losses(block, head_w, feats, embeds, labels, lengths, steps: int, reg: float):
-    """(mean loss over steps 1..steps, per-step outputs): see the module doc."""
+def losses(block, head_w, inputs, feats, embeds, lengths, steps: int, reg: float):
+    """(mean loss over steps 1..steps, per-step outputs): see the module doc. `inputs`: the
+    features the block reads (`feats`, perhaps with noise); `feats`: the true ones."""
     B, S, _ = feats.shape
-    outs = block.unroll(feats, embeds, steps)
+    outs = block.unroll(inputs, embeds, steps)
     total = 0.0
     anchors = torch.arange(S, device=feats.device)[None]
     for s, h in enumerate(outs, 1):
         valid = anchors + s < lengths[:, None]  # [B, S]: y_{j+s}, f_{j+s} exist
-        target_y = F.pad(labels[:, s:], (0, s), value=-1)
-        target_f = F.pad(feats[:, s:], (0, 0, 0, s))
-        labelled = valid & (target_y >= 0)  # the head only where there is a token to learn
-        ce = F.cross_entropy(F.linear(h[labelled], head_w), target_y[labelled]) if labelled.any() else h.sum() * 0
-        mse = F.smooth_l1_loss(h[valid], target_f[valid])
+        target_f = F.pad(feats[:, s:], (0, 0, 0, s))[valid]
+        with torch.no_grad():  # the target's own distribution over the draft vocabulary (EAGLE-1)
+            p = F.linear(target_f, head_w).softmax(-1)
+        ce = -(p * F.linear(h[valid], head_w).log_softmax(-1)).sum(-1).mean()
+        mse = F.smooth_l1_loss(h[valid], target_f)
         total = total + ce + reg * mse
     return total / steps, outs
 
@@ -323,7 +352,7 @@ class Outcome:
     interrupted: bool = False
 
 
-def block_config(lm, vocab: int) -> features.BlockConfig:
+def block_config(lm, vocab: int, width: int | None = None) -> features.BlockConfig:
     """The block's shape from the target's: its hidden size, head count and MLP width."""
     text = lm.config.get_text_config(decoder=True)
     hidden, target_vocab = features.target_shape(lm)
@@ -332,7 +361,8 @@ def block_config(lm, vocab: int) -> features.BlockConfig:
         heads = max(1, hidden // 64)
     rope = getattr(text, "rope_parameters", None) or {}
     theta = float(rope.get("rope_theta", getattr(text, "rope_theta", 10000.0)))
-    return features.BlockConfig(hidden, heads, getattr(text, "intermediate_size", 4 * hidden), vocab, target_vocab, theta)
+    width = width or getattr(text, "intermediate_size", 4 * hidden) // 2
+    return features.BlockConfig(hidden, heads, width, vocab, target_vocab, theta)
 
 
 def distill(pair, prompts: list[Prompt], s: Settings, out: Path, command: str, source: str,
@@ -352,14 +382,17 @@ def distill(pair, prompts: list[Prompt], s: Settings, out: Path, command: str, s
 def train(pair, seqs: list[Sequence], s: Settings, out: Path, meta: dict, begun: float,
           report: Callable[[Progress], None] = lambda p: None) -> Outcome:
     """Train on `seqs` until s.steps, or until `begun` + the budget; keep the best weights."""
+    check_out(out)
     lm, budget, data_s = pair.target, s.minutes * 60, time.monotonic() - begun
     training, held = [q for q in seqs if not q.heldout], [q for q in seqs if q.heldout]
-    cfg = block_config(lm, min(s.vocab, lm.vocab_size))
+    cfg = block_config(lm, min(s.vocab, lm.vocab_size), s.width)
     vocab_ids = draft_vocab(seqs, cfg.vocab, cfg.target_vocab).to(pair.device)
     torch.manual_seed(s.seed)
     block = features.FeatureBlock(cfg).to(pair.device)
     head_w = lm.model.get_output_embeddings().weight.detach()[vocab_ids].float()  # [N, H]
     batcher = Batcher(pair, seqs, vocab_ids, max(s.unroll, s.positions))
+    if s.warm_start:
+        warm_start(block, batcher, training)
     opt = torch.optim.AdamW(block.parameters(), lr=s.lr, betas=(0.9, 0.95), weight_decay=0.01)
     rng = torch.Generator().manual_seed(s.seed)
     tokens = sum(len(q.ids) for q in training)
@@ -400,7 +433,10 @@ def train(pair, seqs: list[Sequence], s: Settings, out: Path, meta: dict, begun:
             for group in opt.param_groups:
                 group["lr"] = s.lr * min(1.0, (step + 1) / s.warmup)
             feats, embeds, labels, lengths = batcher(items)
-            loss, _ = losses(block, head_w, feats, embeds[:, : feats.shape[1] + s.unroll], labels, lengths, s.unroll, s.reg)
+            inputs = feats
+            if s.noise:  # on what the block reads only; the targets stay exact
+                inputs = feats + s.noise * feats.pow(2).mean().sqrt() * torch.randn(feats.shape, generator=rng).to(feats.device)
+            loss, _ = losses(block, head_w, inputs, feats, embeds[:, : feats.shape[1] + s.unroll], lengths, s.unroll, s.reg)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(block.parameters(), 1.0)

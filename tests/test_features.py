@@ -49,12 +49,14 @@ def word_prompts(n: int, seed: int = 0) -> list[Prompt]:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A draft distilled for 120 steps on the tiny target: (pair, outcome, progress reports)."""
+    """A draft distilled for 120 steps on the tiny target, from random weights (no linear warm
+    start, which alone gets this target's loops right): (pair, outcome, progress reports)."""
     folder = tmp_path_factory.mktemp("distilled")
     torch.set_num_threads(1)
     pair = load_pair(load_card(str(tiny_card(folder))))
     reports = []
-    s = D.Settings(steps=120, max_new_tokens=64, heldout=8, eval_every=40, batch=8, lr=3e-3, warmup=10)
+    s = D.Settings(steps=120, max_new_tokens=64, heldout=8, eval_every=40, batch=8, lr=3e-3, warmup=10,
+                   warm_start=False)
     outcome = D.distill(pair, word_prompts(40), s, folder / "out", "specdec distill (test)", "word prompts",
                         reports.append)
     return pair, outcome, reports
@@ -89,7 +91,8 @@ def test_distilling_lowers_the_loss_and_raises_held_out_acceptance_to_near_one(t
     train = [r for r in reports if r.phase == "train"]
     assert max(train[0].alpha) < 0.1  # untrained: the draft guesses
     losses = [r.loss for r in train if r.loss is not None]
-    assert sum(losses[-10:]) / 10 < 0.8 * sum(losses[:10]) / 10
+    # cross-entropy against the target's distribution: its entropy (about 6.2 nats here) is the floor
+    assert sum(losses[-10:]) / 10 < sum(losses[:10]) / 10 - 0.3
     assert outcome.alpha[0] >= 0.75 and min(outcome.alpha[1:]) >= 0.95, outcome.alpha  # loops: near 1.0
     assert outcome.steps == 120 and outcome.prompts == 32 and outcome.heldout == 8
 
