@@ -270,9 +270,9 @@ def probe_costs(pair: Pair, configs: list[Config]) -> CostProfile:
 # ---------------------------------------------------------------------------- transformers
 @dataclass
 class Peer:
-    """The card's draft as transformers' assisted generation runs it, at a fixed k."""
+    """The card's draft as transformers' assisted generation runs it (fixed k), beside ours (the card's schedule)."""
 
-    draft: Draft  # ours: the card's draft at a fixed k (no schedule), as transformers runs it
+    draft: Draft  # ours: the card's draft under the card's schedule (transformers': fixed k)
     k: int
     label: str
     kwargs: dict  # for generate()
@@ -299,13 +299,14 @@ def transformers_peer(pair: Pair, k: int) -> Peer:
     spec, card = pair.card.draft, pair.card
     if not isinstance(pair.target, HFLM):
         raise SpecdecError(f"--vs-transformers: needs a transformers target; card '{card.name}' has target '{card.target}'")
-    ours = pair.draft.draft if isinstance(pair.draft, Scheduled) else pair.draft
-    label = replace(spec, schedule="fixed").label()
+    ours = pair.draft  # with the card's schedule: what a specdec user runs
+    inner = ours.draft if isinstance(ours, Scheduled) else ours
+    label = spec.label()
     if spec.kind == "prompt-lookup":
         return Peer(ours, k, label, {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": spec.max_ngram}, None)
     if spec.kind == "early-exit":  # transformers' own early exit: the target at reduced depth
         return Peer(ours, k, label, {"assistant_early_exit": spec.layers}, pair.target.model)
-    return Peer(ours, k, label, {"assistant_model": ours.lm.model}, ours.lm.model)
+    return Peer(ours, k, label, {"assistant_model": inner.lm.model}, inner.lm.model)
 
 
 @contextmanager
@@ -391,7 +392,7 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
         hf_generate(pair, encoded[0], short, peer)
     tick(0, "probing verify and draft costs")
     profile = probe_costs(pair, configs)
-    # Ours at the peer's fixed k: reuse a configuration's timing when it is the same draft and k.
+    # Ours (card schedule, at most k): reuse a configuration's timing when it is the same draft and k.
     shared = next((i for i, c in enumerate(configs) if peer and c.draft is peer.draft and c.k == peer.k), None)
 
     for prompt, ids in zip(prompts, encoded):
@@ -407,7 +408,7 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
                 tick(1, f"{where}: {c.draft.name} k={c.k}")
             if peer:
                 ours.append(spec[shared][-1] if shared is not None else pair.spec(ids, peer.k, max_tokens, peer.draft))
-                tick(1, f"{where}: {peer.label} k={peer.k} (ours, fixed k)")
+                tick(1, f"{where}: {peer.label} k={peer.k} (ours, card schedule)")
                 hf_greedy.append(hf_generate(pair, ids, max_tokens))
                 tick(1, f"{where}: transformers greedy")
                 hf_assisted.append(hf_generate(pair, ids, max_tokens, peer))

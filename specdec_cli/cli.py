@@ -652,7 +652,7 @@ def distill(
     prompts_file: Optional[str] = typer.Option(
         None, "--prompts-file", help="Training prompts (.jsonl or .txt). Default: specdec's built-in training prompts "
         "(templated instructions; never the benchmark suite)."),
-    minutes: float = typer.Option(30.0, "--minutes", help="Wall-clock budget: data generation (at most 35%) and training."),
+    minutes: float = typer.Option(30.0, "--minutes", help="Wall-clock budget: data generation (at most half) and training."),
     out_dir: Optional[str] = typer.Option(None, "--out", help="Folder for model.safetensors and a ready card "
                                           "(default: ./<card>-features)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the prompt order, the initial weights and the batches."),
@@ -723,7 +723,7 @@ class DistillReport:
         alpha = " ".join(f"{a:.2f}" for a in p.alpha)
         info = {"data": f"{p.prompts} prompts · {p.tokens:,} tokens",
                 "teacher": f"{p.done:.0f}/{p.total:.0f} sequences"}.get(
-            p.phase, f"step {p.step} · loss {p.loss if p.loss is not None else float('nan'):.3f} · α {alpha} · "
+            p.phase, f"step {p.step} · loss {'–' if p.loss is None else f'{p.loss:.3f}'} · α {alpha} · "
                      f"{p.tokens:,} tokens seen")
         name = self.PHASES[p.phase]
         if name not in self.tasks:

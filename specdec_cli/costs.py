@@ -25,8 +25,9 @@ import torch
 from .files import cache_dir, write_text_atomic
 
 VERSION = 1  # bump when the file's meaning changes: old files are then re-measured
-PROBE_REPEATS = 5  # timed forwards per width (the fastest is kept: noise only ever adds time)
-MIN_WIDTHS = 9  # always measure n = 1..9 (k up to 8), so plan's and bench's k sweeps reuse it
+PROBE_REPEATS = 3  # timed forwards per width (the fastest is kept: noise only ever adds time)
+MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
+SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 2 tries per width
 
 
 @dataclass
@@ -112,11 +113,16 @@ def probe_contexts(max_positions: int | None, widths: int) -> list[int]:
 
 
 def measure_target(target, widths: int) -> tuple[list[int], list[list[float]]]:
+    """Verify cost n = 1..widths after a short and a long context. Seconds, not minutes: a
+    slow target (one step over SLOW_STEP_S) gets 2 tries per width instead of PROBE_REPEATS."""
     contexts = probe_contexts(target.max_positions, widths)
-    verify = []
+    verify, repeats = [], None
     for length in contexts:
         context = [(7 * i + 3) % min(target.vocab_size, 1000) for i in range(length)]  # any ids will do
-        verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], context))
+        if repeats is None:
+            step = forward_seconds([(target, 1)], context, repeats=1)[0]
+            repeats = 2 if step > SLOW_STEP_S else None
+        verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], context, repeats))
     return contexts, verify
 
 

@@ -182,8 +182,11 @@ def cards_table(cards) -> Table:
 
 # ---------------------------------------------------------------------------- bench
 def bench_json(row, context: dict) -> dict:
-    """One bench row (a prompt, a category or all prompts, for one configuration) as JSON."""
-    return {**context, **row.as_dict()}
+    """One bench row (a prompt, a category or all prompts, for one configuration) as JSON, with
+    the process's peak resident memory so far (the loaded pair, caches, torch)."""
+    from .memory import peak_rss_mb
+
+    return {**context, **row.as_dict(), "peak_rss_mb": peak_rss_mb()}
 
 
 def bench_csv(rows, context: dict) -> str:
@@ -255,8 +258,9 @@ def sweep_table(rows, title: str) -> Table:
 def peer_table(rows, title: str) -> Table:
     """specdec vs transformers' own generate, same prompts, same process."""
     table = Table(title=title, title_justify="left", caption_justify="left", caption=(
-        "ratio = specdec tok/s / transformers tok/s (> 1: specdec faster); target forwards include "
-        "the prefill; identical: transformers' output == specdec's == the greedy reference"))
+        "ratio = specdec tok/s / transformers tok/s (> 1: specdec faster); assisted: transformers at a fixed "
+        "k, specdec under the card's schedule (at most k per round); target forwards include the prefill; "
+        "identical: transformers' output == specdec's == the greedy reference"))
     for col in ("mode", "draft", "k", "tokens", "specdec tok/s", "transformers tok/s", "ratio",
                 "target fwd specdec", "target fwd transformers", "identical"):
         table.add_column(col, justify="left" if col in ("mode", "draft") else "right")

@@ -67,9 +67,19 @@ class Acceptance:
 
     def alpha(self, j: int) -> float:
         """α_j (1-based)."""
-        reached = self.reached[j - 1] if j <= len(self.reached) else 0.0
-        kept = self.kept[j - 1] if j <= len(self.kept) else 0.0
-        return (kept + self.prior * self.weight) / (reached + self.weight)
+        return self.alphas(j)[-1]
+
+    def alphas(self, k: int) -> list[float]:
+        """α_1..α_k. α_j's prior is α_{j-1} (α_1's is the draft's prior): a position the draft
+        has rarely reached borrows from the one before, so a draft that is right at 1..j-1
+        gets to try j (and the schedule learns it) instead of stopping at an untested prior."""
+        out, prior = [], self.prior
+        for j in range(k):  # alpha(j) for 1..k in one pass
+            reached = self.reached[j] if j < len(self.reached) else 0.0
+            kept = self.kept[j] if j < len(self.kept) else 0.0
+            prior = (kept + prior * self.weight) / (reached + self.weight)
+            out.append(prior)
+        return out
 
     def observe(self, drafted: int, accepted: int) -> None:
         grow = drafted - len(self.reached)
@@ -130,7 +140,7 @@ class Cost:
             return 0
         profile = self._profile(k + 1)  # v(1..k+1), measured once per machine (cached)
         table = self.acceptance(key)
-        alphas = [table.alpha(j) for j in range(1, k + 1)]
+        alphas = table.alphas(k)
         return best_length(alphas, k, profile.c(self.draft_label), lambda n: profile.v(n, context))[0]
 
     def observe(self, key: int, drafted: int, accepted: int) -> None:

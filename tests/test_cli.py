@@ -207,3 +207,16 @@ def test_cli_has_no_torch_code(module):
 
     source = inspect.getsource(importlib.import_module(module))
     assert "import torch" not in source and "torch." not in source
+
+
+def test_generate_json_reports_peak_resident_memory(run):
+    """peak_rss_mb is MiB: ru_maxrss is KiB on Linux (bytes on macOS), not passed through raw."""
+    import resource
+    import sys
+
+    r = run("generate", "-c", "toy", "--json", "ba be")
+    assert r.exit_code == 0, r.stderr
+    peak = json.loads(r.stdout)["peak_rss_mb"]
+    raw = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    mib = raw / (2**20 if sys.platform == "darwin" else 2**10)
+    assert 10 < peak <= mib + 0.1  # a Python process with torch loaded holds more than 10 MiB

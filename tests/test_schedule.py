@@ -1,0 +1,368 @@
+"""Schedules (how many tokens to propose each round), the cost profile and its cache, and
+`specdec plan`'s replay."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from specdec_cli import costs
+from specdec_cli.cards import load_card
+from specdec_cli.decoding import decode, greedy_decode, speculative_decode
+from specdec_cli.drafts import ModelDraft, OracleDraft, PromptLookupDraft
+from specdec_cli.pair import load_pair
+from specdec_cli.plan import ReplayTarget
+from specdec_cli.schedule import (Acceptance, AdaptiveK, Cost, Fixed, Heuristic, Scheduled, best_length,
+                                  expected_tokens, lookup_prior)
+from specdec_cli.toy import ToyLM
+from tests.conftest import parse_json_lines
+from tests.toys import NoisyToyLM, reference
+
+NO_EOS = frozenset()
+
+
+# ---------------------------------------------------------------------------- the choice of d
+def lengths(curve, c, alpha, k=8):
+    return best_length([alpha] * k, k, c, lambda n: curve[n - 1])[0]
+
+
+FLAT = [1.0] * 10  # a GPU-like verify: n tokens cost one step
+CPU = [1.00, 1.62, 2.32, 1.38, 1.28, 1.31, 1.52, 1.84, 2.0, 2.2]  # the issue's measured CPU curve
+
+
+def test_alpha_one_proposes_k_and_alpha_zero_proposes_nothing():
+    assert lengths(FLAT, 0.0, 1.0) == 8
+    assert lengths(FLAT, 0.0, 1.0, k=3) == 3
+    assert lengths(FLAT, 0.0, 0.0) == 0
+    assert lengths(CPU, 0.0, 0.02) == 0
+    assert lengths(FLAT, 0.3, 0.2) == 0  # a draft costing 0.3 steps that is right 20% of the time never pays
+
+
+def test_an_expensive_two_or_three_token_verify_is_skipped():
+    # On the issue's curve proposing 1 or 2 costs more than proposing 3 or 4: with middling
+    # acceptance the schedule jumps past them (or stays at d = 0), never picks d = 1 or 2.
+    for alpha in (0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
+        assert lengths(CPU, 0.0, alpha) not in (1, 2), alpha
+    assert lengths(CPU, 0.0, 0.7) >= 3
+    assert lengths(CPU, 0.0, 0.3) == 4  # 1.43 tokens for 1.28 steps: even a weak free draft pays at n = 5
+    assert lengths(CPU, 0.0, 0.1) == 0
+    # the same acceptance on a flat curve does propose 1-2 tokens
+    assert lengths(FLAT, 0.2, 0.5) in (1, 2)
+
+
+def test_expected_tokens_and_gain():
+    assert expected_tokens([]) == 1
+    assert expected_tokens([0.5, 0.5]) == pytest.approx(1.75)
+    d, gain = best_length([1.0] * 4, 4, 0.0, lambda n: 1.0)
+    assert (d, gain) == (4, 5.0)
+
+
+def test_acceptance_learns_per_position_and_forgets():
+    table = Acceptance(prior=0.5, weight=2)
+    assert table.alpha(1) == 0.5
+    for _ in range(40):
+        table.observe(drafted=3, accepted=1)  # position 1 always kept, position 2 always rejected
+    assert table.alpha(1) > 0.9 and table.alpha(2) < 0.1
+    assert table.alpha(3) == pytest.approx(table.alpha(2))  # never reached: borrows from position 2
+    for _ in range(80):
+        table.observe(drafted=1, accepted=0)
+    assert table.alpha(1) < 0.1  # old evidence decays
+
+
+def test_lookup_prior_rises_with_the_match_length():
+    assert lookup_prior(0) == 0 < lookup_prior(1) < lookup_prior(2) < lookup_prior(3)
+
+
+def test_cost_schedule_conditions_on_the_context_key():
+    profile = costs.fixed(FLAT, 0.1, "d")
+    schedule = Cost(lambda widths: profile, "d", prior=lambda key: 0.5)
+    schedule.begin()
+    for _ in range(30):
+        schedule.observe(3, drafted=4, accepted=4)  # 3-gram matches: always right
+        schedule.observe(1, drafted=2, accepted=0)  # 1-gram matches: always wrong
+    assert schedule.length(3, 4, 100) == 4
+    assert schedule.length(1, 4, 100) == 0
+
+
+# ---------------------------------------------------------------------------- the heuristic (issue 12.1)
+def test_heuristic_limit_never_exceeds_k_and_misses_shorten_at_once():
+    target = ToyLM(48, seed=2)
+    h = Heuristic(start=2)
+    draft = Scheduled(OracleDraft(target.greedy_next, 48, 1.0, 0, "cpu", "toy"), h)
+    result = speculative_decode(target, draft, [1, 2], 4, 200, NO_EOS)  # a long full-accept streak
+    assert all(r.drafted == 4 for r in result.rounds[1:-1]) and h.limit <= 4
+    # now misses: the very next round after a miss proposes fewer tokens
+    h.begin()
+    h.length(0, 4, 0)
+    for _ in range(40):
+        h.observe(0, 4, 4)
+        assert h.limit <= 4
+    h.observe(0, 4, 0)
+    assert h.length(0, 4, 0) == 3
+    h.observe(0, 3, 0)
+    assert h.length(0, 4, 0) == 2
+
+
+def test_heuristic_run_of_misses_after_streak_on_the_loop():
+    target = ToyLM(48, seed=3)
+    agree = [1.0] * 30 + [0.0] * 30  # right for a while, then always wrong
+
+    class Switch(OracleDraft):
+        def propose(self, tokens, k):
+            self.agree = agree[min(len(tokens) - 2, len(agree) - 1)] if len(tokens) < 34 else 0.0
+            return super().propose(tokens, k)
+
+    draft = AdaptiveK(Switch(target.greedy_next, 48, 1.0, 0, "cpu", "switch"), start=2)
+    result = speculative_decode(target, draft, [1, 2], 6, 60, NO_EOS)
+    assert result.tokens == reference(target, [1, 2], 60)
+    misses = [r.drafted for r in result.rounds if r.accepted < r.drafted]
+    assert misses[:4] == [6, 5, 4, 3]  # shrinks from k at once, not from a limit far above k
+
+
+# ---------------------------------------------------------------------------- exactness under every schedule
+def schedules(kind: str):
+    flat = costs.fixed([1.0, 1.3, 2.1, 1.2, 1.1, 1.4, 1.6, 1.7, 1.9], 0.1, "model")
+    return {"fixed": Fixed(), "heuristic": Heuristic(),
+            "cost": Cost(lambda widths: flat, "model", lambda key: 0.6)}[kind]
+
+
+@settings(max_examples=60, deadline=None)
+@given(vocab=st.integers(3, 40), k=st.integers(1, 8), noise=st.floats(0, 1), n=st.integers(1, 60),
+       prompt=st.lists(st.integers(0, 2), min_size=1, max_size=12), kind=st.sampled_from(["fixed", "heuristic", "cost"]),
+       draft_kind=st.sampled_from(["model", "lookup"]), eos=st.booleans())
+def test_every_schedule_keeps_spec_equal_to_greedy(vocab, k, noise, n, prompt, kind, draft_kind, eos):
+    target = ToyLM(vocab, seed=vocab)
+    stop = frozenset([0]) if eos else NO_EOS
+    inner = (ModelDraft(NoisyToyLM(target, noise), vocab, name="model") if draft_kind == "model"
+             else PromptLookupDraft("cpu", 3, 1))
+    draft = Scheduled(inner, schedules(kind))
+    spec = speculative_decode(target, draft, prompt, k, n, stop)
+    assert spec.tokens == greedy_decode(target, prompt, n, stop).tokens == reference(target, prompt, n, stop)
+    assert all(r.drafted <= k for r in spec.rounds)
+
+
+def test_cost_schedule_skips_a_useless_draft_and_uses_a_perfect_one():
+    target = ToyLM(40, seed=5)
+    profile = costs.fixed([1.0, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9], 0.2, "model")
+    bad = Scheduled(ModelDraft(NoisyToyLM(target, 1.0), 40, name="model"), Cost(lambda w: profile, "model", lambda key: 0.6))
+    result = speculative_decode(target, bad, [1, 2, 3], 4, 120, NO_EOS)
+    late = result.rounds[20:]
+    assert sum(r.drafted for r in late) <= len(late) // 4  # stops proposing once it has learned α ≈ 0
+    good = Scheduled(ModelDraft(NoisyToyLM(target, 0.0), 40, name="model"), Cost(lambda w: profile, "model", lambda key: 0.6))
+    result = speculative_decode(target, good, [1, 2, 3], 4, 120, NO_EOS)
+    assert all(r.drafted == 4 for r in result.rounds[2:-2])
+
+
+def test_a_skipped_free_draft_still_learns_from_a_peek():
+    """Prompt lookup costs nothing: a round the schedule skips still tells it whether the
+    lookup's first token would have been right, so a pessimistic start recovers."""
+    target = ToyLM(30, seed=1)
+    profile = costs.fixed([1.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0], 0.0, "x")  # proposing is expensive
+    schedule = Cost(lambda w: profile, "prompt-lookup", lambda key: 0.0)
+    prompt = reference(target, [4], 40)  # a prompt the continuation copies
+    draft = Scheduled(PromptLookupDraft("cpu", 3, 1), schedule)
+    speculative_decode(target, draft, [4] + prompt, 4, 30, NO_EOS)
+    assert any(table.reached and table.reached[0] > 0 for table in schedule.table.values())
+
+
+# ---------------------------------------------------------------------------- the cost profile cache
+class Probe:
+    """A target whose forwards are counted (the profile's measurements)."""
+
+    def __init__(self):
+        self.lm, self.calls = ToyLM(16), 0
+        self.device, self.vocab_size, self.max_positions = self.lm.device, 16, None
+
+    def new_cache(self):
+        return self.lm.new_cache()
+
+    def forward(self, ids, cache, keep=0):
+        self.calls += 1
+        return self.lm.forward(ids, cache, keep)
+
+
+def test_profile_is_cached_and_remeasured_when_the_key_changes(monkeypatch):
+    monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
+    probe = Probe()
+    first = costs.profile(probe, "toy-a", None, {})
+    assert not first.cached and probe.calls > 0 and first.widths == costs.MIN_WIDTHS
+    files = list(costs.cache_dir("costs").glob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["key"]["model"] == "toy-a"
+    calls = probe.calls
+    again = costs.profile(probe, "toy-a", None, {})
+    assert again.cached and probe.calls == calls and again.verify_s == first.verify_s
+    other = costs.profile(probe, "toy-a", "v2", {})  # another revision: another key
+    assert not other.cached and probe.calls > calls
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 7)  # another thread count: another key
+    assert not costs.profile(probe, "toy-a", None, {}).cached
+    assert len(list(costs.cache_dir("costs").glob("*.json"))) == 3
+    assert costs.profile(probe, "toy-a", "v2", {}, remeasure=True).cached is False
+
+
+def test_a_wider_k_or_a_new_draft_completes_the_cached_profile(monkeypatch):
+    monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
+    probe = Probe()
+    costs.profile(probe, "toy-b", None, {})
+    wide = costs.profile(probe, "toy-b", None, {}, widths=12)
+    assert wide.widths == 12 and not wide.cached
+
+    class Paying:
+        name = "paying"
+
+        def step_seconds(self, context):
+            return 0.5 * wide.step_s
+
+    with_draft = costs.profile(probe, "toy-b", None, {"paying": Paying()}, widths=12)
+    assert with_draft.c("paying") == pytest.approx(0.5)
+    assert costs.profile(probe, "toy-b", None, {"paying": Paying()}, widths=12).cached
+
+
+def test_a_corrupt_cache_file_is_remeasured_with_one_warning(monkeypatch, capsys):
+    monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
+    probe = Probe()
+    costs.profile(probe, "toy-c", None, {})
+    (path,) = costs.cache_dir("costs").glob("*.json")
+    for garbage in ("{not json", json.dumps({"key": "x"}), json.dumps({"key": {}, "contexts": [1], "verify_s": [[-1]],
+                                                                         "draft_s": {}, "measured_s": 0})):
+        path.write_text(garbage)
+        capsys.readouterr()
+        profile = costs.profile(probe, "toy-c", None, {})
+        warning = capsys.readouterr().err
+        assert not profile.cached and warning.count("\n") == 1 and warning.startswith("Warning: cost profile ")
+        assert "measuring again" in warning
+        assert costs.profile(probe, "toy-c", None, {}).cached  # rewritten whole
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_a_read_only_cache_directory_means_no_cache(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    (tmp_path / "specdec").mkdir()
+    (tmp_path / "specdec").chmod(stat.S_IRUSR | stat.S_IXUSR)
+    profile = costs.profile(Probe(), "toy-d", None, {})
+    assert not profile.cached and "running without the cache" in capsys.readouterr().err
+
+
+def test_an_unwritable_cache_location_means_no_cache(monkeypatch, capsys, tmp_path):
+    """(Also as root:) the cache 'directory' is a file, so nothing can be written under it."""
+    monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
+    blocker = tmp_path / "cache"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    profile = costs.profile(Probe(), "toy-e", None, {})
+    err = capsys.readouterr().err
+    assert not profile.cached and err.count("\n") == 1 and "running without the cache" in err
+    assert profile.v(1) == 1.0 and profile.widths == costs.MIN_WIDTHS
+
+
+def test_v_interpolates_between_the_measured_contexts():
+    profile = costs.CostProfile({}, [100, 300], [[1.0, 2.0], [2.0, 3.0]])
+    assert profile.v(2, 100) == 2.0 and profile.v(2, 300) == 1.5 and profile.v(2, 200) == pytest.approx(1.75)
+    assert profile.v(2, 10) == 2.0 and profile.v(2, 10_000) == 1.5 and profile.v(1, 5) == 1.0
+
+
+# ---------------------------------------------------------------------------- plan's replay
+def test_replay_reproduces_the_real_rounds_exactly():
+    target = ToyLM(50, seed=4)
+    prompt = [3, 1, 4, 1, 5]
+    ref = greedy_decode(target, prompt, 80, frozenset([0])).tokens
+    replay = ReplayTarget(target, prompt + ref)
+    for make in (lambda: ModelDraft(NoisyToyLM(target, 0.4), 50, name="m"),
+                 lambda: Scheduled(PromptLookupDraft("cpu", 3, 1), Heuristic()),
+                 lambda: OracleDraft(target.greedy_next, 50, 0.6, 1, "cpu", "o")):
+        real = speculative_decode(target, make(), prompt, 5, 80, frozenset([0]))
+        replayed = decode(replay, make(), prompt, 5, 80, frozenset([0]))
+        assert replayed.tokens == real.tokens == ref
+        assert [(r.drafted, r.accepted, r.emitted) for r in replayed.rounds] == \
+               [(r.drafted, r.accepted, r.emitted) for r in real.rounds]
+
+
+def test_plan_json_rows_and_one_recommendation(run):
+    r = run("plan", "-c", "toy", "-k", "2,4", "--json")
+    assert r.exit_code == 0, r.stderr
+    rows = parse_json_lines(r.stdout)
+    assert len(rows) == 1 + 2 * 3  # plain greedy + k x schedule
+    assert sum(row["recommended"] for row in rows) == 1
+    for row in rows:
+        assert {"draft", "k", "schedule", "alpha_by_position", "predicted_tokens_per_round", "predicted_speedup",
+                "recommended"} <= set(row)
+    greedy = rows[0]
+    assert greedy["k"] == 0 and greedy["predicted_speedup"] == 1.0 and greedy["predicted_tokens_per_round"] == 1.0
+    fixed4 = next(x for x in rows if x["k"] == 4 and x["schedule"] == "fixed")
+    assert len(fixed4["alpha_by_position"]) == 4 and all(0.4 < a < 1 for a in fixed4["alpha_by_position"])
+
+
+def test_plan_tokens_per_round_equals_a_real_run(run):
+    """The replayed rounds are the real ones: plan's tokens/round equals generate's."""
+    pair = load_pair(load_card("toy"))
+    r = run("plan", "-c", "toy", "-k", "4", "--json", "--limit", "1")
+    rows = {(x["k"], x["schedule"]): x for x in parse_json_lines(r.stdout)}
+    from specdec_cli.prompts import SUITE
+
+    from specdec_cli.cli import first_per_category
+    from specdec_cli.schedule import Scheduled as S
+
+    tokens = rounds = 0
+    for p in first_per_category(SUITE, 1):
+        ids = pair.encode(p.text, 64)
+        result = speculative_decode(pair.target, S(pair.draft.draft, Heuristic()), ids, 4, 64, pair.eos)
+        tokens, rounds = tokens + result.stats.tokens, rounds + result.stats.verify_rounds
+    assert rows[(4, "heuristic")]["predicted_tokens_per_round"] == pytest.approx(tokens / rounds)
+
+
+def test_plan_recommends_greedy_when_nothing_pays(run, write_card, monkeypatch):
+    # the toy's own forwards take microseconds (noise): price them like a CPU target
+    monkeypatch.setattr(costs, "measure_target", lambda target, widths: ([32], [CPU[:widths]]))
+    card = write_card({"description": "useless draft", "target": "toy", "draft": {"kind": "toy", "agree": 0.0},
+                       "decoding": {"k": 4, "max_tokens": 24}, "device": "cpu"})
+    r = run("plan", "-c", card, "-k", "2,4", "--json")
+    rows = parse_json_lines(r.stdout)
+    (best,) = [x for x in rows if x["recommended"]]
+    assert best["k"] == 0 and best["draft"].startswith("none")
+    r = run("plan", "-c", card, "-k", "2")
+    assert "Recommended: plain greedy" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("plan", "-c", "toy", "-k", "0"), "Error: command line: -k: must be an integer in 1..64, got 0"),
+    (("plan", "-c", "toy", "-k", "2,99"), "Error: command line: -k: must be an integer in 1..64, got 99"),
+    (("plan", "-c", "toy", "--limit", "0"), "Error: command line: --limit: must be an integer in 1..1000000, got 0"),
+    (("generate", "-c", "toy", "--schedule", "fast", "ba"),
+     "Error: command line: --schedule: must be one of cost, heuristic, fixed, got 'fast'"),
+])
+def test_plan_and_schedule_usage_errors(run, args, message):
+    r = run(*args)
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr.strip().splitlines()[-1] == message, r.stderr
+
+
+def test_card_schedule_field(run, write_card):
+    bad = write_card({"description": "x", "target": "toy", "draft": {"kind": "toy", "agree": 0.5, "schedule": "smart"}})
+    r = run("generate", "-c", bad, "ba")
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines()[-1] == (f"Error: {bad}: draft.schedule: must be one of cost, heuristic, "
+                                                 "fixed, got 'smart'")
+    both = write_card({"description": "x", "target": "toy",
+                       "draft": {"kind": "toy", "agree": 0.5, "schedule": "fixed", "adaptive": True}}, "both")
+    r = run("generate", "-c", both, "ba")
+    assert r.exit_code == 2 and "draft.adaptive: true contradicts draft.schedule: fixed" in r.stderr
+    old = write_card({"description": "x", "target": "toy", "draft": {"kind": "toy", "agree": 0.5, "adaptive": True}}, "old")
+    assert load_card(str(old)).draft.schedule == "heuristic"
+    assert load_card("smollm2").draft.schedule == "cost"
+
+
+def test_generate_json_reports_the_cost_profile(run):
+    r = run("generate", "-c", "toy", "--json", "ba be bi")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    profile = out["cost_profile"]
+    assert profile["model"] == "toy" and profile["threads"] == torch.get_num_threads()
+    assert len(profile["verify_cost"][str(profile["contexts"][0])]) >= 5 and profile["step_ms"] > 0
+    assert out["draft"] == "toy(agree=0.7)+cost"
+    r = run("generate", "-c", "toy", "--json", "--schedule", "fixed", "ba be bi")
+    out = json.loads(r.stdout)
+    assert out["draft"] == "toy(agree=0.7)" and "cost_profile" not in out
