@@ -431,3 +431,71 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
                               statistics.median(x.stats.wall_s for x in mine),
                               statistics.median(t[1] for t in theirs), mine[0].stats.target_forwards, theirs[0][2],
                               all(t[0] == reference for t in theirs) and all(m.tokens == reference for m in mine))
+
+
+# ---------------------------------------------------------------------------- --batch N
+def timed_pass(pair: Pair, encoded: list[list[int]], k: int, max_tokens: int, batch: int, draft=None) -> tuple[list[Result], float]:
+    """One batched pass over every prompt (batch.run): results in input order, its wall time."""
+    from .batch import run as run_batch
+
+    _sync(pair.device)
+    start = time.perf_counter()
+    results = [r for _, r in run_batch(pair, encoded, k, max_tokens, batch, draft)]
+    _sync(pair.device)
+    return results, time.perf_counter() - start
+
+
+def run_batched(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: int, repeats: int,
+                batch: int, progress: Progress | None = None, notes: list | None = None) -> Iterator[Row]:
+    """bench with --batch N: per repeat one timed batched pass of the target alone and one per
+    configuration, over all prompts. A batch's time is shared, so a prompt row's wall_s is its
+    pass's median wall time apportioned by tokens: category and overall rows (sums) are then the
+    batch's throughput. Outputs are checked against each prompt's batch-1 greedy decode
+    (computed untimed first), not against the batched greedy pass; each output that differs
+    adds a line to `notes` with where and the target's top-2 margin there (fp32 near-ties can
+    part a padded batch from batch 1)."""
+    from .verify import first_divergence
+
+    tick = progress or (lambda n, text: None)
+    sampled = not pair.sampling.greedy
+    encoded = [pair.encode(p.text, max_tokens) for p in prompts]
+    if not encoded:
+        return
+    tick(0, "warm-up")
+    warm = encoded[:batch]
+    timed_pass(pair, warm, 0, min(max_tokens, WARMUP_TOKENS), batch)
+    tick(0, "batch-1 greedy references (untimed)")
+    references = [None if sampled else pair.reference(ids, max_tokens) for ids in encoded]
+    for c in configs:
+        timed_pass(pair, warm, c.k, min(max_tokens, WARMUP_TOKENS), batch, c.draft)
+    tick(0, "probing verify and draft costs")
+    profile = probe_costs(pair, configs)
+    greedy, spec = [], [[] for _ in configs]
+    for r in range(repeats):
+        greedy.append(timed_pass(pair, encoded, 0, max_tokens, batch))
+        tick(len(prompts), f"batch {batch} ({r + 1}/{repeats}): {'plain sampling' if sampled else 'greedy'}")
+        for i, c in enumerate(configs):
+            spec[i].append(timed_pass(pair, encoded, c.k, max_tokens, batch, c.draft))
+            tick(len(prompts), f"batch {batch} ({r + 1}/{repeats}): {c.draft.name} k={c.k}")
+    greedy_s = statistics.median(wall for _, wall in greedy)
+    greedy_tokens = sum(len(x.tokens) for x in greedy[0][0]) or 1
+    for c, passes in zip(configs, spec):
+        wall = statistics.median(w for _, w in passes)
+        total = sum(len(x.tokens) for x in passes[0][0]) or 1
+        for j, (prompt, ids) in enumerate(zip(prompts, encoded)):
+            result, base = passes[0][0][j], greedy[0][0][j]
+            s, rounds = result.stats, result.rounds
+            expected, steps = predict(rounds, s.alpha_by_position, c.draft_cost, profile.v, len(ids))
+            same = None if sampled else all(p[0][j].tokens == references[j] for p in passes)
+            if same is False and notes is not None:
+                d = first_divergence(pair, ids, references[j], next(p[0][j].tokens for p in passes
+                                                                    if p[0][j].tokens != references[j]))
+                notes.append(f"prompt {prompt.id}, {c.draft.name} k={c.k}: batch {batch} differs from batch-1 greedy "
+                             f"at token {d['index']} ({d['greedy_token']} vs {d['spec_token']}; "
+                             f"target top-2 margin {d['margin']:.4g})")
+            yield Row("prompt", prompt.id, prompt.category, c.draft.name, c.k, c.agree, 1, s.tokens,
+                      s.verify_rounds, s.target_forwards, s.draft_forwards, s.drafted, s.accepted,
+                      sum(x.accepted < x.drafted for x in rounds), greedy_s * len(base.tokens) / greedy_tokens,
+                      wall * s.tokens / total, len(base.tokens), same, c.verify_cost, c.draft_cost,
+                      c.simulated, expected, steps)
+

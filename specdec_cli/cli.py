@@ -90,6 +90,12 @@ SEED = typer.Option(None, "--seed", help="Sampling: seed of every random draw (s
 SCHEDULE = typer.Option(None, "--schedule", help="Draft length per round: cost (measured: propose only what pays), "
                         "heuristic (+2 after a full accept, -1 after a miss) or fixed (k every round). Overrides the card.")
 REMEASURE = typer.Option(False, "--remeasure", help="Measure this machine's cost profile again instead of reading the cached one.")
+BATCH = typer.Option(1, "--batch", help="Decode N prompts together (one target forward verifies every row; "
+                     "continuous batching over the prompts). 1 = one prompt after another.")
+
+
+def check_batch(batch: int) -> None:
+    check("command line", "--batch", batch, _int(1, 256))
 
 
 @app.command()
@@ -113,6 +119,7 @@ def generate(
     seed: Optional[int] = SEED,
     schedule: Optional[str] = SCHEDULE,
     remeasure: bool = REMEASURE,
+    batch_size: int = BATCH,
 ):
     """Generate from one prompt, speculatively and/or plain greedy, and compare.
 
@@ -126,6 +133,8 @@ def generate(
 
         specdec generate --prompts-file prompts.jsonl > results.jsonl
 
+        specdec generate --prompts-file prompts.jsonl --batch 8 > results.jsonl
+
         specdec generate --temperature 0.8 --top-p 0.95 --seed 7 "Write a haiku."
     """
     from .pair import check_prompts, generate as run
@@ -134,6 +143,9 @@ def generate(
 
     if mode not in ("spec", "greedy", "both"):
         raise SpecdecError(f"command line: --mode: must be spec, greedy or both, got {mode!r}")
+    check_batch(batch_size)
+    if batch_size > 1 and prompts_file is None:
+        raise SpecdecError("command line: --batch: decodes the prompts of --prompts-file together; give --prompts-file")
     stdin = read_stdin()
     if prompts_file is not None:
         if prompt is not None:
@@ -160,6 +172,8 @@ def generate(
     c = pair.card
     if batch is not None:
         check_prompts(pair, batch, c.max_tokens)  # a bad prompt fails the batch before any output
+        if batch_size > 1:
+            return generate_batched(pair, batch, mode, batch_size)
         differ = 0
         for p in batch:
             gen = run(pair, p.text, mode, c.k, c.max_tokens)
@@ -175,6 +189,21 @@ def generate(
     else:
         show_generation(gen, pair, out, err, rounds)
     if gen.diverged:
+        raise typer.Exit(1)
+
+
+def generate_batched(pair, prompts, mode: str, batch_size: int) -> None:
+    """--prompts-file with --batch N: one JSON line per prompt in input order, then a summary."""
+    from .batch import Summary, generate_many
+    from .render import batch_summary_json, generation_json
+
+    c = pair.card
+    summary = Summary(len(prompts), batch_size)
+    for i, gen, divergence in generate_many(pair, [p.text for p in prompts], mode, c.k, c.max_tokens, batch_size, summary):
+        emit_json({"id": prompts[i].id, **generation_json(gen, pair), **({"first_divergence": divergence} if divergence else {})})
+    emit_json(batch_summary_json(summary))
+    if summary.differ:
+        err.print(f"Error: {summary.differ} of {len(prompts)} prompts gave speculative output different from greedy")
         raise typer.Exit(1)
 
 
@@ -351,6 +380,7 @@ def bench(
     temperature: Optional[float] = TEMPERATURE,
     top_k: Optional[int] = TOP_K,
     top_p: Optional[float] = TOP_P,
+    batch_size: int = BATCH,
 ):
     """Time plain greedy against speculative decoding on a prompt suite, in one run.
 
@@ -370,6 +400,8 @@ def bench(
         specdec bench --agree-sweep 0.5,1.0 --k-sweep 2,4,8 --json > sweep.jsonl
 
         specdec bench --vs-transformers --csv bench.csv
+
+        specdec bench --batch 8 --repeats 1
     """
     from .files import write_text_atomic
     from .prompts import SUITE, read_prompts
@@ -381,6 +413,12 @@ def bench(
     if k is not None and ks:
         raise SpecdecError("command line: give -k or --k-sweep, not both")
     check("command line", "--repeats", repeats, _int(1, 1000))
+    check_batch(batch_size)
+    for option, given in (("--agree-sweep", agrees is not None), ("--vs-transformers", vs_transformers),
+                          ("--draft-cost", draft_cost is not None)):
+        if batch_size > 1 and given:
+            raise SpecdecError(f"command line: --batch: cannot be combined with {option} (batched runs time the "
+                               "card's draft against the target alone)")
     if limit is not None:
         check("command line", "--limit", limit, _int(1, 1_000_000))
     if seed is not None:
@@ -426,13 +464,17 @@ def bench(
     configs = measure.plan(pair, ks or [c.k], agrees, seed or 0, draft_cost)
     context = {"card": c.name, "device": str(pair.device), "dtype": pair.dtype_name, "chat": pair.chat,
                "max_tokens": c.max_tokens, "repeats": repeats, **measure.environment()}
-    rows, interrupted = [], False
+    if batch_size > 1:
+        context["batch"] = batch_size
+    rows, interrupted, notes = [], False, []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task("loading prompts", total=measure.steps(len(items), configs, repeats, peer))
         try:
-            for row in measure.run(pair, items, configs, c.max_tokens, repeats, peer,
-                                   lambda n, text: bar.update(task, advance=n, description=text)):
+            advance = lambda n, text: bar.update(task, advance=n, description=text)  # noqa: E731
+            rows_of = (measure.run(pair, items, configs, c.max_tokens, repeats, peer, advance) if batch_size == 1 else
+                       measure.run_batched(pair, items, configs, c.max_tokens, repeats, batch_size, advance, notes))
+            for row in rows_of:
                 rows.append(row)
                 if as_json:
                     emit_json(bench_json(row, context))
@@ -441,7 +483,7 @@ def bench(
     summary = measure.summarize(rows)
     done = len({r.name for r in rows})
     title = (f"card {c.name} · {pair.device} {pair.dtype_name} · {done} prompts · max {c.max_tokens} tokens · "
-             f"median of {repeats}" + (f" · SAMPLING T={c.temperature} top-k={c.top_k} top-p={c.top_p} seed={c.seed}: "
+             f"median of {repeats}" + (f" · batch {batch_size}" if batch_size > 1 else "") + (f" · SAMPLING T={c.temperature} top-k={c.top_k} top-p={c.top_p} seed={c.seed}: "
                                        "'greedy' columns are plain sampling" if sampled else "") + (f" · INTERRUPTED after {done} of {len(items)} prompts" if interrupted else ""))
     bench_rows = [r for r in summary if isinstance(r, measure.Row)]
     peer_rows = [r for r in summary if isinstance(r, measure.PeerRow) and r.scope == "all"]
@@ -469,6 +511,8 @@ def bench(
 
         sweep_plot([r for r in bench_rows if r.scope == "all"], plot, f"{pair.card.target} · {title}")
         err.print(f"wrote {plot}", highlight=False)
+    for note in notes:
+        err.print(note, markup=False, highlight=False, soft_wrap=True)
     differ = [r for r in rows if isinstance(r, measure.Row) and r.identical is False]
     peers_differ = [r for r in rows if isinstance(r, measure.PeerRow) and not r.identical]
     checked = sum(isinstance(r, measure.Row) and r.identical is not None for r in rows)

@@ -42,6 +42,13 @@ def generation_json(gen, pair) -> dict:
     return out
 
 
+def batch_summary_json(summary) -> dict:
+    """The last line of a batched --prompts-file run: throughput over the whole run per mode."""
+    from .memory import peak_rss_mb
+
+    return {"summary": {**summary.as_dict(), "peak_rss_mb": peak_rss_mb()}}
+
+
 # ---------------------------------------------------------------------------- generate
 def round_segments(result: Result) -> list[tuple[list[int], str]]:
     """Split the output into (tokens, style) runs: accepted draft tokens, then the target's one."""

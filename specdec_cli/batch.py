@@ -1,0 +1,334 @@
+"""Batched decoding (--batch N): many requests through decoding.py's loop shape at once, the
+target verifying every row in ONE forward, each row keeping its own accepted count.
+
+Why this design (issue 11 item 1):
+  - One proposal length d per round for the batch (the rectangle the target verifies): the max
+    of the rows' own lengths (each row's draft and schedule choose as at batch 1). A row that
+    proposed fewer is padded with id 0, fed but never verified: its verifier sees only its own
+    d_i + 1 positions, so padding can never be accepted.
+  - HF targets: one DynamicCache of B rows plus a validity mask [B, T] the loop owns (1 = a
+    real token, 0 = left padding or a rejected slot), explicit position ids = each row's count
+    of real tokens. A rejected slot becomes a hole (masked), not a crop, because rows reject
+    different amounts; only trailing columns no row kept are cropped, and the cache is
+    re-packed when holes pass half its length. Holes cost attention width, never correctness.
+  - Continuous batching: a new prompt is prefilled alone (batch 1, as today) and its K/V are
+    written into the batch cache right-aligned; rows that finish leave at once.
+  - Every row has its own draft state (`fork`: shallow copies of the draft chain; the model
+    weights are shared, the per-request state is not) and its own verifier (sampling: its own
+    generator seeded like a batch-1 request, so a row draws what it would draw alone).
+  - Any other target (the toy, test wrappers) runs `SerialRows`: a cache per row, rows fed one
+    by one. Batching the toy buys nothing; it lets every property test run on the loop.
+  - Sliding-window and other non-plain cache layers are refused (holes would shift the window).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+
+from .decoding import GREEDY, NoDraft, Result, _elapsed, prefill, stop
+from .errors import SpecdecError
+from .metrics import Round, Stats
+
+MAX_BATCH = 256
+
+
+# ---------------------------------------------------------------------------- rows of caches
+class SerialRows:
+    """Any target behind the small model interface: one cache per row, rows fed one by one."""
+
+    def __init__(self, target):
+        self.target, self.caches, self.fed = target, [], 0
+
+    def add(self, prompt: list[int]) -> int:
+        """A new last row holding prompt[:-1]; returns the forwards made."""
+        self.caches.append(self.target.new_cache())
+        return prefill(self.target, self.caches[-1], prompt)
+
+    def select(self, rows: list[int]) -> None:
+        self.caches = [self.caches[i] for i in rows]
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, S] -> logits [B, S, V]; appends S positions to every row."""
+        self.fed = ids.shape[1]
+        return torch.stack([self.target.forward(ids[i : i + 1], c) for i, c in enumerate(self.caches)])
+
+    def keep(self, kept: list[int]) -> None:
+        """Row i keeps the first kept[i] of the positions just fed."""
+        for cache, n in zip(self.caches, kept):
+            cache.crop(n - self.fed)
+
+
+class HFRows:
+    """An HFLM's rows in one DynamicCache [B, H, T, D] per layer + a validity mask [B, T]."""
+
+    def __init__(self, lm, card_name: str = "the target"):
+        from transformers.cache_utils import DynamicLayer
+
+        self.lm, self.fed = lm, 0
+        self.cache = lm.new_cache()
+        odd = sorted({type(layer).__name__ for layer in self.cache.layers if type(layer) is not DynamicLayer})
+        if odd:
+            raise SpecdecError(f"--batch: {card_name}: the target's cache has {', '.join(odd)} layers (sliding window "
+                               "or other non-plain attention), which batched decoding does not support; use --batch 1")
+        lm.forward(torch.zeros(1, 1, dtype=torch.long, device=lm.device), self.cache)  # shapes and dtypes per layer
+        self.cache.crop(-1)  # initialised, 0 positions, batch 1
+        self.blank = [(layer.keys, layer.values) for layer in self.cache.layers]  # [1, H, 0, D] each
+        self._resize(0)
+        self.mask = torch.zeros(0, 0, dtype=torch.long, device=lm.device)  # [B, T]
+
+    def _layers(self):
+        return self.cache.layers
+
+    def _resize(self, rows: int) -> None:
+        for layer in self._layers():
+            layer.keys, layer.values = layer.keys[:rows], layer.values[:rows]
+
+    def add(self, prompt: list[int]) -> int:
+        alone = self.lm.new_cache()
+        forwards = prefill(self.lm, alone, prompt)
+        n, width = len(prompt) - 1, self.mask.shape[1]
+        grow = max(n - width, 0)
+        if grow:  # the newcomer is longer: every row gets `grow` empty columns on the left
+            for layer in self._layers():
+                layer.keys, layer.values = (_left_pad(t, grow) for t in (layer.keys, layer.values))
+            self.mask = _left_pad(self.mask, grow)
+        width += grow
+        for layer, own, blank in zip(self._layers(), alone.layers, self.blank):
+            keys, values = (own.keys, own.values) if n else blank  # [1, H, n, D]
+            layer.keys = torch.cat([layer.keys, _left_pad(keys, width - n)])
+            layer.values = torch.cat([layer.values, _left_pad(values, width - n)])
+        row = torch.cat([self.mask.new_zeros(width - n), self.mask.new_ones(n)])
+        self.mask = torch.cat([self.mask, row[None]])
+        return forwards
+
+    def select(self, rows: list[int]) -> None:
+        index = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
+        for layer in self._layers():
+            layer.keys, layer.values = layer.keys[index], layer.values[index]
+        self.mask = self.mask[index]
+        self._trim()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, S] -> logits [B, S, V]. Positions continue each row's real-token count."""
+        self.fed = ids.shape[1]
+        start = self.mask.sum(1, keepdim=True)  # [B, 1]
+        positions = start + torch.arange(self.fed, device=ids.device)  # [B, S]
+        self.mask = torch.cat([self.mask, self.mask.new_ones(ids.shape)], 1)  # [B, T+S]
+        out = self.lm.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
+                            cache=self.cache, use_cache=True)
+        return out.logits
+
+    def keep(self, kept: list[int]) -> None:
+        """Row i keeps the first kept[i] fed positions; the rest become holes."""
+        columns = torch.arange(self.fed, device=self.mask.device)
+        counts = torch.tensor(kept, device=self.mask.device)[:, None]
+        self.mask[:, -self.fed:] = (columns < counts).long()
+        self._trim()
+
+    def _trim(self) -> None:
+        """Crop trailing columns no row holds; re-pack when holes are over half the width."""
+        width = self.mask.shape[1]
+        used = self.mask.any(0).nonzero()
+        last = int(used[-1]) + 1 if len(used) else 0
+        if last < width:
+            for layer in self._layers():
+                layer.keys, layer.values = layer.keys[:, :, :last], layer.values[:, :, :last]
+            self.mask = self.mask[:, :last]
+        longest = int(self.mask.sum(1).max()) if self.mask.shape[0] else 0
+        if self.mask.shape[1] > max(2 * longest, 32):
+            self._repack(longest)
+
+    def _repack(self, width: int) -> None:
+        """Every row's real columns, in order, right-aligned in `width` columns."""
+        order = torch.sort(self.mask, dim=1, stable=True).indices[:, -width:] if width else self.mask[:, :0]
+        for layer in self._layers():
+            at = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+            layer.keys, layer.values = layer.keys.gather(2, at), layer.values.gather(2, at)
+        self.mask = self.mask.gather(1, order)
+
+
+def _left_pad(t: torch.Tensor, n: int) -> torch.Tensor:
+    """n zero columns before the sequence axis' start (dim 2 of K/V [B, H, T, D], dim 1 of a mask)."""
+    if n == 0:
+        return t
+    dim = 2 if t.dim() == 4 else t.dim() - 1
+    shape = list(t.shape)
+    shape[dim] = n
+    return torch.cat([t.new_zeros(shape), t], dim)
+
+
+def rows_for(target, card_name: str = "the target"):
+    from .models import HFLM
+
+    if isinstance(target, HFLM):
+        if target.keep_hidden:
+            raise SpecdecError("--batch: a features draft reads the target's batch-1 hidden states; use --batch 1")
+        return HFRows(target, card_name)
+    return SerialRows(target)
+
+
+# ---------------------------------------------------------------------------- the rows
+def fork(draft):
+    """A draft for one row: the wrapper chain copied (a schedule's state too), models shared."""
+    twin = copy.copy(draft)
+    if hasattr(draft, "draft"):
+        twin.draft = fork(draft.draft)
+    if hasattr(draft, "schedule"):
+        twin.schedule = copy.copy(draft.schedule)
+    return twin
+
+
+@dataclass
+class Row:
+    index: int  # the prompt's place in the input
+    prompt: list[int]
+    draft: object
+    verifier: object
+    start: float
+    tokens: list[int] = field(default_factory=list)
+    out: list[int] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
+    done: bool = False
+    forwards0: int = 0
+
+    def result(self, device) -> Result:
+        self.stats.draft_forwards = self.draft.forwards - self.forwards0
+        self.stats.wall_s = _elapsed(self.start, device)  # this row's latency: entry to finish
+        return Result(self.out, self.stats, self.rounds)
+
+
+def enter(cache, target, index: int, prompt: list[int], draft, verifier) -> Row:
+    row = Row(index, prompt, draft, verifier, time.perf_counter(), list(prompt), forwards0=draft.forwards)
+    row.stats.target_forwards = cache.add(prompt)
+    draft.begin(prompt)
+    row.last = torch.tensor([prompt[-1]], device=target.device)
+    return row
+
+
+def step(cache, rows: list[Row], k: int, max_tokens: int, eos: frozenset[int]) -> None:
+    """One round for every row: draft, one batched verify, per-row accept, per-row rollback."""
+    drafts = [r.verifier.propose(r.draft, r.tokens, min(k, max_tokens - len(r.out) - 1)) for r in rows]
+    d = max(p.shape[0] for p, _ in drafts)  # the batch's rectangle: [B, d+1]
+    ids = torch.stack([torch.cat([r.last, p, r.last.new_zeros(d - p.shape[0])]) for r, (p, _) in zip(rows, drafts)])
+    logits = cache.forward(ids)  # [B, d+1, V]
+    verdicts = [r.verifier.verify(logits[i, : p.shape[0] + 1], p, q) for i, (r, (p, q)) in enumerate(zip(rows, drafts))]
+    flat = torch.cat([torch.cat([n.view(1), e]) for n, e in verdicts]).tolist()  # the round's one host sync
+    kept, at = [], 0
+    for r, (p, _), (_, emitted) in zip(rows, drafts, verdicts):
+        n, chosen = flat[at], flat[at + 1 : at + p.shape[0] + 2]
+        at += p.shape[0] + 2
+        kept.append(n + 1)  # the cache now holds tokens + proposal[:n] for this row
+        new, r.done = stop(chosen[: n + 1], len(r.out), max_tokens, eos)
+        fresh = emitted[: len(new)]
+        r.last = fresh[-1:]
+        r.tokens += new
+        r.out += new
+        r.draft.update(r.tokens, n, fresh)
+        r.rounds.append(Round(drafted=p.shape[0], accepted=n, emitted=len(new)))
+        r.stats.observe(r.rounds[-1])
+    cache.keep(kept)
+
+
+@torch.inference_mode()
+def decode_batch(target, draft, prompts: list[list[int]], k: int, max_tokens: int, eos: frozenset[int],
+                 batch: int, verifier: Callable[[], object] = lambda: GREEDY,
+                 card_name: str = "the target") -> Iterator[tuple[int, Result]]:
+    """decode() for many prompts, `batch` rows at a time: yields (prompt index, Result) as rows
+    finish; a waiting prompt takes a finished row's place at once (continuous batching).
+    `draft` is forked per row; `verifier()` makes each row's verifier."""
+    cache = rows_for(target, card_name)
+    waiting, live = deque(enumerate(prompts)), []
+    while waiting or live:
+        while waiting and len(live) < batch:
+            index, prompt = waiting.popleft()
+            live.append(enter(cache, target, index, prompt, fork(draft), verifier()))
+        step(cache, live, k, max_tokens, eos)
+        for r in live:
+            if r.done:
+                yield r.index, r.result(target.device)
+        stay = [i for i, r in enumerate(live) if not r.done]
+        if len(stay) < len(live):
+            cache.select(stay)
+            live = [live[i] for i in stay]
+
+
+def in_order(finished: Iterator[tuple[int, object]]) -> Iterator[tuple[int, object]]:
+    """(index, item) in any order -> in index order, each as soon as all earlier ones are out."""
+    held, following = {}, 0
+    for index, item in finished:
+        held[index] = item
+        while following in held:
+            yield following, held.pop(following)
+            following += 1
+
+
+# ---------------------------------------------------------------------------- with a pair
+def run(pair, prompts: list[list[int]], k: int, max_tokens: int, batch: int, draft=None) -> Iterator[tuple[int, Result]]:
+    """The pair's target over many prompts in input order: speculative with `draft` (plain
+    decoding with draft None), greedy or sampled as the card says."""
+    from .sampling import Sampler
+
+    draft = draft if draft is not None else NoDraft(pair.device)
+    verifier = (lambda: GREEDY) if pair.sampling.greedy else (lambda: Sampler(pair.sampling, pair.generator()))
+    return in_order(decode_batch(pair.target, draft, prompts, k, max_tokens, pair.eos, batch, verifier, f"card {pair.card.name}"))
+
+
+@dataclass
+class Summary:
+    """A whole batched run: tokens and wall time per mode (throughput = tokens / wall_s)."""
+
+    prompts: int
+    batch: int
+    modes: dict = field(default_factory=dict)  # mode -> {"tokens", "wall_s"}
+    differ: int = 0
+
+    def as_dict(self) -> dict:
+        out = {"prompts": self.prompts, "batch": self.batch, "differ": self.differ}
+        for mode, m in self.modes.items():
+            out[mode] = {**m, "tokens_per_s": m["tokens"] / m["wall_s"] if m["wall_s"] > 0 else None}
+        return out
+
+
+def timed(results: Iterator[tuple[int, Result]], summary: Summary, mode: str, device) -> Iterator[tuple[int, Result]]:
+    start, tokens = time.perf_counter(), 0
+    for index, result in results:
+        tokens += len(result.tokens)
+        yield index, result
+    summary.modes[mode] = {"tokens": tokens, "wall_s": _elapsed(start, device)}
+
+
+def generate_many(pair, prompts: list[str], mode: str, k: int, max_tokens: int, batch: int,
+                  summary: Summary) -> Iterator[tuple[int, object, dict | None]]:
+    """pair.generate for many prompts, batched: yields (index, Generation, first divergence or
+    None) in input order; `summary` is complete once the iterator is. The target-alone pass runs first (whole), then the speculative one streams."""
+    from .memory import peak_rss_mb
+    from .pair import Generation, needs_reference
+    from .verify import first_divergence
+
+    ids = [pair.encode(p, max_tokens) for p in prompts]
+    sampled = not pair.sampling.greedy
+    alone = None
+    if mode in ("greedy", "both") or (mode == "spec" and needs_reference(pair.draft)):
+        alone = [r for _, r in timed(run(pair, ids, 0, max_tokens, batch), summary, "sample" if sampled else "greedy", pair.device)]
+        if not sampled:
+            for prompt_ids, r in zip(ids, alone):
+                pair.references[tuple(prompt_ids)] = r.tokens
+    if mode == "spec" and alone is not None:
+        summary.modes.pop("greedy", None)
+    if mode == "greedy":
+        for i, r in enumerate(alone):
+            yield i, Generation(prompts[i], ids[i], k, r, None, sampled, peak_rss_mb()), None
+        return
+    pair.prepare(k)
+    for i, spec in timed(run(pair, ids, k, max_tokens, batch, pair.draft), summary, "spec", pair.device):
+        greedy = alone[i] if mode == "both" else None
+        gen = Generation(prompts[i], ids[i], k, greedy, spec, sampled, peak_rss_mb())
+        summary.differ += gen.diverged
+        yield i, gen, (first_divergence(pair, ids[i], greedy.tokens, spec.tokens) if gen.diverged else None)

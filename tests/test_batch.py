@@ -1,0 +1,191 @@
+"""--batch N: every row of a batched run equals its prompt's batch-1 output (toys, property
+tests; a tiny random transformers model with rejections, holes and re-packing), continuous
+batching keeps input order, and the CLI's errors and JSON lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specdec_cli.batch import HFRows, decode_batch, in_order
+from specdec_cli.decoding import NoDraft, greedy_decode
+from specdec_cli.drafts import ModelDraft, PromptLookupDraft
+from specdec_cli.errors import SpecdecError
+from specdec_cli.models import load, parse_ref
+from specdec_cli.sampling import Sampler, Sampling, speculative_sample
+from specdec_cli.toy import ToyLM
+
+from .conftest import DATA, parse_json_lines
+from .test_decoding import noisy_twins
+from .test_properties import DRAFTS, make_draft
+from .toys import reference
+
+CPU = torch.device("cpu")
+TINY_LLAMA = Path(__file__).parents[1] / "cards/configs/tiny-llama.json"
+
+
+@st.composite
+def batches(draw):
+    vocab = draw(st.integers(2, 71))
+    max_tokens = draw(st.integers(1, 60))
+    prompts = draw(st.lists(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=20), min_size=1, max_size=9))
+    eos = draw(st.sets(st.integers(0, vocab - 1), max_size=2))
+    return dict(vocab=vocab, seed=draw(st.integers(0, 2**16)), k=draw(st.integers(1, 8)), max_tokens=max_tokens,
+                agree=draw(st.floats(0, 1)), draft=draw(st.sampled_from(DRAFTS + ["none"])),
+                draft_seed=draw(st.integers(0, 2**16)), prompts=prompts, eos=frozenset(eos),
+                batch=draw(st.integers(1, 10)))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_every_row_equals_its_batch_1_greedy_output(s):
+    """Random batch sizes (above and below the number of prompts: continuous batching), prompt
+    lengths, k, drafts, agreements and EOS sets."""
+    target = ToyLM(s["vocab"], s["seed"])
+    draft = NoDraft(CPU) if s["draft"] == "none" else make_draft(s["draft"], target, s["agree"], s["draft_seed"])
+    finished = list(decode_batch(target, draft, s["prompts"], s["k"], s["max_tokens"], s["eos"], s["batch"]))
+    assert sorted(i for i, _ in finished) == list(range(len(s["prompts"])))
+    for i, result in finished:
+        prompt = s["prompts"][i]
+        assert result.tokens == reference(target, prompt, s["max_tokens"], s["eos"])
+        st_ = result.stats
+        assert st_.tokens == len(result.tokens) == sum(r.emitted for r in result.rounds)
+        assert st_.target_forwards == st_.verify_rounds + (len(prompt) > 1)
+        assert all(r.accepted <= r.drafted <= s["k"] for r in result.rounds)
+
+
+def test_rows_finish_at_different_rounds_and_lines_come_in_input_order():
+    target = ToyLM(48, 1)
+    prompts = [[1], [6], [27], [10], [33], [4], [11]]  # greedy lengths 30, 4, 1, 22, 2, 30, 5 (EOS 0)
+    draft = make_draft("oracle", target, 0.6, 0)
+    finished = list(decode_batch(target, draft, prompts, 4, 30, frozenset([0]), 2))
+    assert len({len(r.rounds) for _, r in finished}) > 1  # rows left at different rounds
+    assert [i for i, _ in finished] != list(range(len(prompts)))  # ...and out of input order
+    assert [i for i, _ in in_order(iter(finished))] == list(range(len(prompts)))
+
+
+def test_in_order_waits_for_earlier_items():
+    assert [i for i, _ in in_order(iter([(2, "c"), (0, "a"), (3, "d"), (1, "b")]))] == [0, 1, 2, 3]
+
+
+def test_sampling_rows_draw_what_they_would_draw_alone():
+    """Each row has its own generator seeded like a batch-1 request: on the toy (no padding
+    numerics) a batched sampled row equals the batch-1 sampled output, token for token, so
+    each row's distribution is speculative sampling's own (tested in test_sampling.py)."""
+    target = ToyLM(32, 3)
+    settings_ = Sampling(temperature=0.9, top_k=0, top_p=1.0)
+    prompts = [[1, 2], [3], [4, 5, 6, 7], [8, 9, 1], [2, 2]]
+    draft = make_draft("noisy-model", target, 0.6, 1)
+    gen = lambda: torch.Generator().manual_seed(7)  # noqa: E731
+    got = dict(decode_batch(target, draft, prompts, 3, 25, frozenset([0]), 3, lambda: Sampler(settings_, gen())))
+    for i, prompt in enumerate(prompts):
+        alone = speculative_sample(target, make_draft("noisy-model", target, 0.6, 1), prompt, 3, 25,
+                                   frozenset([0]), settings_, gen())
+        assert got[i].tokens == alone.tokens
+
+
+# ---------------------------------------------------------------------------- transformers
+@pytest.fixture(scope="module")
+def twins():
+    torch.set_num_threads(1)
+    return noisy_twins(TINY_LLAMA, seed=1)
+
+
+PROMPTS = [list(range(3, 15)), [7], list(range(20, 45)), [5, 6, 7], list(range(100, 108)), [9, 9], list(range(60, 64))]
+
+
+@pytest.mark.parametrize("batch", [2, 3, 7])
+def test_tiny_llama_rows_equal_batch_1_greedy_with_rejections(twins, batch, monkeypatch):
+    """A draft model that disagrees: rows reject different amounts every round (holes in the
+    shared cache), prompts of different lengths enter as rows leave (left growth), and the
+    cache is re-packed; every row still equals its batch-1 greedy output."""
+    target, noisy = twins
+    repacks = []
+    real = HFRows._repack
+    monkeypatch.setattr(HFRows, "_repack", lambda self, width: (repacks.append(width), real(self, width)))
+    expected = [greedy_decode(target, p, 40, frozenset()).tokens for p in PROMPTS]
+    for draft in (ModelDraft(noisy, target.vocab_size), PromptLookupDraft(CPU), NoDraft(CPU)):
+        got = dict(decode_batch(target, draft, PROMPTS, 4, 40, frozenset(), batch))
+        assert [got[i].tokens for i in range(len(PROMPTS))] == expected, draft
+        if isinstance(draft, ModelDraft):
+            rounds = [r for res in got.values() for r in res.rounds]
+            assert any(r.accepted < r.drafted for r in rounds) and any(r.accepted > 0 for r in rounds)
+    assert repacks  # holes passed half the width at least once
+
+
+def test_sliding_window_target_is_refused():
+    target, _ = load(parse_ref("random:tiny-mistral-swa.json", DATA), CPU, torch.float32)
+    with pytest.raises(SpecdecError, match="--batch: .*DynamicSlidingWindowLayer.*use --batch 1"):
+        list(decode_batch(target, NoDraft(CPU), [[1, 2]], 1, 4, frozenset(), 2))
+
+
+# ---------------------------------------------------------------------------- the CLI
+@pytest.fixture
+def prompts_file(tmp_path):
+    path = tmp_path / "p.jsonl"
+    texts = ["ba be bi", "ta te ti", "ka", "la le li lo lu", "ba da", "ku zu", "do re mi fa"]
+    path.write_text("".join(json.dumps({"id": f"p{i}", "prompt": t}) + "\n" for i, t in enumerate(texts)))
+    return path
+
+
+def test_generate_batch_lines_in_input_order_with_batch_1_tokens(run, prompts_file):
+    one = parse_json_lines(run("generate", "-c", "toy", "--prompts-file", prompts_file, "-n", "30").stdout)
+    r = run("generate", "-c", "toy", "--prompts-file", prompts_file, "-n", "30", "--batch", "3", "--json")
+    assert r.exit_code == 0, r.stderr
+    lines = parse_json_lines(r.stdout)
+    *rows, last = lines
+    assert [x["id"] for x in rows] == [x["id"] for x in one] == [f"p{i}" for i in range(7)]
+    assert [x["spec"]["tokens"] for x in rows] == [x["spec"]["tokens"] for x in one]
+    assert [x["greedy"]["tokens"] for x in rows] == [x["greedy"]["tokens"] for x in one]
+    assert all(x["identical"] for x in rows)
+    s = last["summary"]
+    assert s["batch"] == 3 and s["prompts"] == 7 and s["differ"] == 0
+    assert s["spec"]["tokens"] == sum(len(x["spec"]["tokens"]) for x in rows) and s["spec"]["tokens_per_s"] > 0
+    assert s["greedy"]["tokens"] == sum(len(x["greedy"]["tokens"]) for x in rows)
+
+
+def test_generate_batch_on_tiny_llama(run, write_card, prompts_file, one_thread):
+    card = write_card({"description": "t", "target": f"random:{TINY_LLAMA}", "device": "cpu",
+                       "draft": {"kind": "prompt-lookup"}, "decoding": {"k": 3, "max_tokens": 20}})
+    one = parse_json_lines(run("generate", "-c", card, "--prompts-file", prompts_file).stdout)
+    r = run("generate", "-c", card, "--prompts-file", prompts_file, "--batch", "4", "-m", "spec")
+    assert r.exit_code == 0, r.stderr
+    *rows, last = parse_json_lines(r.stdout)
+    assert [x["spec"]["tokens"] for x in rows] == [x["greedy"]["tokens"] for x in one]
+    assert "greedy" not in last["summary"] and last["summary"]["spec"]["tokens"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (("generate", "--batch", "0"), "--batch: must be an integer in 1..256, got 0"),
+    (("generate", "--batch", "-3"), "--batch: must be an integer in 1..256, got -3"),
+    (("generate", "--batch", "257"), "--batch: must be an integer in 1..256, got 257"),
+    (("bench", "--batch", "0"), "--batch: must be an integer in 1..256, got 0"),
+    (("bench", "--batch", "4", "--agree-sweep"), "--batch: cannot be combined with --agree-sweep"),
+    (("bench", "--batch", "4", "--vs-transformers"), "--batch: cannot be combined with --vs-transformers"),
+])
+def test_bad_batch_is_one_error_line_exit_2(run, prompts_file, args, message):
+    extra = ("--prompts-file", prompts_file) if args[0] == "generate" else ()
+    r = run(args[0], "-c", "toy", *args[1:], *extra)
+    assert r.exit_code == 2, r.stderr
+    assert message in r.stderr and r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_batch_without_prompts_file_is_a_usage_error(run):
+    r = run("generate", "-c", "toy", "--batch", "3", "ba be")
+    assert r.exit_code == 2 and "--batch" in r.stderr and "--prompts-file" in r.stderr
+    assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1
+
+
+def test_bench_batch_rows_and_exactness(run):
+    r = run("bench", "-c", "toy", "-r", "1", "--limit", "1", "-n", "24", "--batch", "4", "--json")
+    assert r.exit_code == 0, r.stderr
+    rows = parse_json_lines(r.stdout)
+    (overall,) = [x for x in rows if x["scope"] == "all"]
+    assert overall["batch"] == 4 and overall["identical"] is True and overall["prompts"] == 7
+    prompts = [x for x in rows if x["scope"] == "prompt"]
+    assert overall["wall_s"] == pytest.approx(sum(x["wall_s"] for x in prompts))
