@@ -36,6 +36,7 @@ from . import features
 from .errors import SpecdecError
 from .files import cache_dir, write_atomic, write_text_atomic
 from .prompts import Prompt
+from .schedule import expected_tokens
 
 CACHE_FORMAT = "distill-batch/1"  # part of every cached batch's key: a new layout never reads an old file
 
@@ -327,15 +328,6 @@ def acceptance(block, head_w, batcher: Batcher, seqs: list[Sequence], positions:
     return [h / t if t else 0.0 for h, t in zip(hits, tries)]
 
 
-def expected_accepted(alpha: list[float]) -> float:
-    """Σ_i α_1···α_i: expected accepted tokens per round drafting len(alpha) tokens."""
-    total, run = 0.0, 1.0
-    for a in alpha:
-        run *= a
-        total += run
-    return total
-
-
 # ---------------------------------------------------------------------------- the run
 @dataclass
 class Outcome:
@@ -408,8 +400,8 @@ def train(pair, seqs: list[Sequence], s: Settings, out: Path, meta: dict, begun:
         block.eval()
         alpha = acceptance(block, head_w, batcher, held, s.positions)
         block.train()
-        if expected_accepted(alpha) > best:
-            best, best_alpha, best_step = expected_accepted(alpha), alpha, step
+        if expected_tokens(alpha) - 1 > best:  # expected accepted tokens per round
+            best, best_alpha, best_step = expected_tokens(alpha) - 1, alpha, step
             info = {**meta, "steps": step, "alpha": [round(a, 4) for a in alpha],
                     "train_seconds": round(time.monotonic() - train_start, 1)}
             write_atomic(weights, lambda p: features.save(p, block, vocab_ids, info), "draft weights")
