@@ -7,6 +7,9 @@
 #   CARD=smollm2 LIMIT=1 (prompts per category) MAX_TOKENS=128 REPEATS=2 SWEEP_REPEATS=1 SWEEP_KS=2,4,8
 #   THREADS (unset: torch's default; set: OMP_NUM_THREADS for both runs, e.g. 1 on a CPU shared
 #   with other jobs, where two threads stall each other at every parallel region)
+#   DISTILLED_CARD=smollm2-distilled (empty: skip) on the free-text categories, LIMIT each
+#   PAIR_CARD=qwen2.5-coder-1.5b (empty: skip; skipped too when its files are not fetched) on the
+#   suite's code prompts, PAIR_MAX_TOKENS=96, PAIR_REPEATS=1, with --vs-transformers
 # e.g. on a quiet or GPU machine: LIMIT=3 REPEATS=5 SWEEP_REPEATS=3 bash benchmarks/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +23,10 @@ REPEATS=${REPEATS:-2}
 SWEEP_REPEATS=${SWEEP_REPEATS:-1}
 SWEEP_KS=${SWEEP_KS:-2,4,8}
 THREADS=${THREADS:-}
+DISTILLED_CARD=${DISTILLED_CARD-smollm2-distilled}
+PAIR_CARD=${PAIR_CARD-qwen2.5-coder-1.5b}
+PAIR_MAX_TOKENS=${PAIR_MAX_TOKENS:-96}
+PAIR_REPEATS=${PAIR_REPEATS:-1}
 B=benchmarks
 if [ -n "$THREADS" ]; then export OMP_NUM_THREADS="$THREADS"; fi
 
@@ -30,10 +37,39 @@ common=(--card "$CARD" --limit "$LIMIT" --max-tokens "$MAX_TOKENS")
 # 2. the synthetic agreement sweep at several k, the card's draft as the extra row, and the plot
 "$SPECDEC" bench "${common[@]}" --repeats "$SWEEP_REPEATS" --agree-sweep --k-sweep "$SWEEP_KS" \
     --plot "$B/agreement-sweep.png" --json --csv "$B/sweep.csv" > "$B/sweep.jsonl.tmp"
+# 3. plan's predictions for the same configurations (the card's draft and each synthetic a, every
+#    k, every schedule), to set beside what 1 and 2 measured
+AGREES=$("$PYTHON" -c "from specdec_cli.cli import AGREE_SWEEP; print(' '.join(f'-d synthetic:agree={a}' for a in AGREE_SWEEP.split(',')))")
+CARD_K=$("$PYTHON" -c "from specdec_cli.cards import load_card; print(load_card('$CARD').k)")
+"$SPECDEC" plan "${common[@]}" -k "$SWEEP_KS,$CARD_K" --json > "$B/plan.jsonl.tmp"
+# shellcheck disable=SC2086
+"$SPECDEC" plan "${common[@]}" -k "$SWEEP_KS" $AGREES --json >> "$B/plan.jsonl.tmp"
+# 4. extra cards on the categories they are for: their prompts come from the built-in suite
+suite() {  # the first N prompts (all if N is empty) of the given categories, as JSON lines
+  "$PYTHON" -c "import json, sys; from specdec_cli.prompts import SUITE; n = int(sys.argv[1]) if sys.argv[1] else None
+cats = sys.argv[2].split(','); seen = {}
+for p in SUITE:
+    if p.category in cats and (n is None or seen.get(p.category, 0) < n):
+        seen[p.category] = seen.get(p.category, 0) + 1; print(json.dumps({'id': p.id, 'prompt': p.text, 'category': p.category}))" "$1" "$2"
+}
+rm -f "$B/distilled.jsonl.tmp" "$B/pair.jsonl.tmp"
+if [ -n "$DISTILLED_CARD" ]; then
+  suite "$LIMIT" conversation,qa,translation,code > "$B/free-text-prompts.jsonl"
+  "$SPECDEC" bench --card "$DISTILLED_CARD" --prompts-file "$B/free-text-prompts.jsonl" --max-tokens "$MAX_TOKENS" \
+      --repeats "$REPEATS" --json > "$B/distilled.jsonl.tmp"
+fi
+if [ -n "$PAIR_CARD" ] && "$PYTHON" -c "from specdec_cli.cards import load_card; from specdec_cli.pair import check_before_load
+check_before_load(load_card('$PAIR_CARD'))" 2>/dev/null; then  # its files are fetched
+  suite "" code > "$B/code-prompts.jsonl"
+  "$SPECDEC" bench --card "$PAIR_CARD" --prompts-file "$B/code-prompts.jsonl" --max-tokens "$PAIR_MAX_TOKENS" \
+      --repeats "$PAIR_REPEATS" --vs-transformers --json > "$B/pair.jsonl.tmp"
+fi
 mv "$B/bench.jsonl.tmp" "$B/bench.jsonl"
 mv "$B/sweep.jsonl.tmp" "$B/sweep.jsonl"
+mv "$B/plan.jsonl.tmp" "$B/plan.jsonl"
+for f in distilled pair; do if [ -f "$B/$f.jsonl.tmp" ]; then mv "$B/$f.jsonl.tmp" "$B/$f.jsonl"; else rm -f "$B/$f.jsonl"; fi; done
 
-command="${THREADS:+THREADS=$THREADS }CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS bash benchmarks/run.sh"
-"$PYTHON" "$B/report.py" "$B/bench.jsonl" "$B/sweep.jsonl" "$B/agreement-sweep.png" "$command" > "$B/RESULTS.md.tmp"
+command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS bash benchmarks/run.sh"
+"$PYTHON" "$B/report.py" "$B" "$command" > "$B/RESULTS.md.tmp"
 mv "$B/RESULTS.md.tmp" "$B/RESULTS.md"
 echo "wrote $B/RESULTS.md" >&2
