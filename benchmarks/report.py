@@ -87,6 +87,7 @@ def main(directory: str, command: str) -> str:
     d = Path(directory)
     bench, sweep, plan = load(str(d / "bench.jsonl")), load(str(d / "sweep.jsonl")), optional(d, "plan.jsonl")
     distilled, pair = optional(d, "distilled.jsonl"), optional(d, "pair.jsonl")
+    batch, soak = optional(d, "batch.jsonl"), optional(d, "soak.jsonl")
     spec = [r for r in bench if r["row"] == "bench" and r["scope"] in ("category", "all")]
     peers = [r for r in bench if r["row"] == "transformers" and r["scope"] == "all"]
     sweep_all = [r for r in sweep if r["row"] == "bench" and r["scope"] == "all"]
@@ -190,8 +191,9 @@ def main(directory: str, command: str) -> str:
             "",
             "![tokens/round and speedup against agreement, measured beside the cost model](agreement-sweep.png)",
         ]
-    out += distilled_section(distilled) + pair_section(pair)
-    out += ["", "## Closing note", ""] + closing(spec, peers, sweep_all, pairs, distilled, pair) + [""]
+    out += distilled_section(distilled) + pair_section(pair) + batch_section(batch, soak)
+    out += ["", "## Closing note", ""] + closing(spec, peers, sweep_all, pairs, distilled, pair) + batch_closing(batch, soak)
+    out += [""]
     return "\n".join(out)
 
 
@@ -247,6 +249,66 @@ def pair_section(rows: list[dict]) -> list[str]:
     if peers:
         lines += ["", "Against transformers' assisted generation (`assistant_model` = the same draft weights, fixed k):",
                   "", peer_table(peers)]
+    return lines
+
+
+def batch_overall(rows: list[dict]) -> dict[int, dict]:
+    """batch size -> the overall bench row of that run."""
+    return {r.get("batch", 1): r for r in rows if r["row"] == "bench" and r["scope"] == "all"}
+
+
+def soak_growth(soak: list[dict]) -> tuple[float, float, int] | None:
+    """(peak RSS after the first quarter of the soak's lines, after the last, lines): a leak grows it."""
+    lines = [r for r in soak if "peak_rss_mb" in r and "summary" not in r]
+    if len(lines) < 4:
+        return None
+    return lines[len(lines) // 4 - 1]["peak_rss_mb"], lines[-1]["peak_rss_mb"], len(lines)
+
+
+def batch_section(rows: list[dict], soak: list[dict]) -> list[str]:
+    runs = batch_overall(rows)
+    if len(runs) < 2:
+        return []
+    one, n = runs[1], max(runs)
+    many = runs[n]
+    body = []
+    for size, r in sorted(runs.items()):
+        body.append([str(size), str(r["prompts"]), str(r["tokens"]), f(r["greedy_tokens_per_s"], ".1f"),
+                     f(r["tokens_per_s"], ".1f"), f(r["speedup"], ".2f", "x"),
+                     f(r["greedy_tokens_per_s"] / one["greedy_tokens_per_s"], ".2f", "x"),
+                     f(r["tokens_per_s"] / one["tokens_per_s"], ".2f", "x"), f(r["tokens_per_round"]),
+                     f((r.get("peak_rss_mb") or 0) / 1024, ".2f", " GB"), "yes" if r["identical"] else "**NO**"])
+    lines = ["", f"## Batching: `--batch {n}` against `--batch 1`", "",
+             f"Card `{one['card']}` ({one['draft']}, k = {one['k']}), the first `BATCH_LIMIT` prompts of each category "
+             f"({one['prompts']} prompts), at most {one['max_tokens']} new tokens, one timed pass per mode after a "
+             "warm-up. Throughput is tokens over the whole pass's wall time (continuous batching over the prompts). "
+             "`identical`: every row equals that prompt's batch-1 greedy decode.", "",
+             table(["batch", "prompts", "tokens", "greedy tok/s", "spec tok/s", "spec/greedy", "greedy vs batch 1",
+                    "spec vs batch 1", "tokens/round", "peak RSS", "identical"], body)]
+    growth = soak_growth(soak)
+    if growth:
+        first, last, count = growth
+        lines += ["", f"Soak: {count} requests (the suite's prompts, numbered) of at most "
+                  f"{max(len(r['spec']['tokens']) for r in soak if 'spec' in r)} tokens through `generate --batch {n} "
+                  f"--mode spec`: peak RSS {first:.0f} MB after the first quarter of the output lines, {last:.0f} MB "
+                  f"after the last ({last - first:+.0f} MB)."]
+    return lines
+
+
+def batch_closing(rows: list[dict], soak: list[dict]) -> list[str]:
+    runs = batch_overall(rows)
+    if len(runs) < 2:
+        return []
+    one, n = runs[1], max(runs)
+    many = runs[n]
+    lines = [f"- `--batch {n}` throughput vs `--batch 1`: greedy "
+             f"**{f(many['greedy_tokens_per_s'] / one['greedy_tokens_per_s'], '.2f', 'x')}**, speculative "
+             f"**{f(many['tokens_per_s'] / one['tokens_per_s'], '.2f', 'x')}** (target ≥ 3x); speculative vs greedy at "
+             f"batch {n}: **{f(many['speedup'], '.2f', 'x')}** (target ≥ 1.1x); every row identical to batch-1 greedy: "
+             f"{'yes' if many['identical'] else '**no**'}; peak RSS {(many.get('peak_rss_mb') or 0) / 1024:.2f} GB."]
+    growth = soak_growth(soak)
+    if growth:
+        lines.append(f"- Soak, {growth[2]} requests at batch {n}: peak RSS {growth[0]:.0f} → {growth[1]:.0f} MB.")
     return lines
 
 

@@ -485,7 +485,8 @@ def run_batched(pair: Pair, prompts: list[Prompt], configs: list[Config], max_to
         for j, (prompt, ids) in enumerate(zip(prompts, encoded)):
             result, base = passes[0][0][j], greedy[0][0][j]
             s, rounds = result.stats, result.rounds
-            expected, steps = predict(rounds, s.alpha_by_position, c.draft_cost, profile.v, len(ids))
+            expected, _ = predict(rounds, s.alpha_by_position, c.draft_cost, profile.v, len(ids))
+            steps = 0.0  # the profile prices batch-1 forwards: no speedup is predicted for a batch
             same = None if sampled else all(p[0][j].tokens == references[j] for p in passes)
             if same is False and notes is not None:
                 d = first_divergence(pair, ids, references[j], next(p[0][j].tokens for p in passes

@@ -190,7 +190,8 @@ def build_draft(spec: DraftSpec, pair: Pair) -> Draft:
     if spec.schedule == "heuristic":
         return Scheduled(draft, Heuristic())
     prior = lookup_prior if spec.kind == "prompt-lookup" else (lambda key: 0.6)
-    return Scheduled(draft, Cost(lambda widths: pair.cost_profile((draft,), widths), draft.name, prior))
+    explore = not getattr(draft, "free", False)  # a skipped model draft learns only from probes
+    return Scheduled(draft, Cost(lambda widths: pair.cost_profile((draft,), widths), draft.name, prior, explore))
 
 
 def _build(spec: DraftSpec, pair: Pair) -> Draft:

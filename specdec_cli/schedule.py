@@ -119,16 +119,29 @@ class Cost:
     """d = argmax over 0..k of E[d] / (d·c + v(d+1)): expected emitted tokens per unit time,
     both in 1-token target steps measured on this machine (costs.CostProfile). Acceptance is
     learned per context key (prompt lookup: the matched n-gram length, since a 3-gram match
-    predicts more than a 1-gram one) from every round's outcome."""
+    predicts more than a 1-gram one) from every round's outcome.
+
+    A draft that costs a model call learns nothing in the rounds it is skipped, so a prior that
+    is too pessimistic would never be corrected (a 0.5B draft agreeing 90 % with its 1.5B
+    target, never tried). With `explore`, after `patience` skipped rounds in a row the schedule
+    probes: it proposes the length that would pay if the draft were always right. A probe that
+    does not change the decision doubles the patience (a useless draft costs O(log n) probes);
+    a round drafted on the evidence resets it. Free drafts (prompt lookup) need no probes:
+    `Scheduled` peeks at their first token instead."""
 
     name = "cost"
+    PATIENCE = 4
 
-    def __init__(self, profile: Callable[[int], object], draft_label: str, prior: Callable[[int], float]):
-        self._profile, self.draft_label, self.prior = profile, draft_label, prior
+    def __init__(self, profile: Callable[[int], object], draft_label: str, prior: Callable[[int], float],
+                 explore: bool = False):
+        self._profile, self.draft_label, self.prior, self.explore = profile, draft_label, prior, explore
         self.table: dict[int, Acceptance] = {}
 
     def begin(self) -> None:
         self.table = {}  # per request: acceptance depends on the prompt
+        # the first skipped round of a request probes at once: a draft the user chose is tried
+        # before a prior that is only a guess can rule it out for the next few rounds
+        self.skipped, self.patience = self.PATIENCE - 1, self.PATIENCE
 
     def acceptance(self, key: int) -> Acceptance:
         if key not in self.table:
@@ -139,9 +152,16 @@ class Cost:
         if k == 0:
             return 0
         profile = self._profile(k + 1)  # v(1..k+1), measured once per machine (cached)
-        table = self.acceptance(key)
-        alphas = table.alphas(k)
-        return best_length(alphas, k, profile.c(self.draft_label), lambda n: profile.v(n, context))[0]
+        c, v = profile.c(self.draft_label), (lambda n: profile.v(n, context))
+        d = best_length(self.acceptance(key).alphas(k), k, c, v)[0]
+        if d or not self.explore:
+            self.skipped, self.patience = 0, (self.PATIENCE if d else self.patience)
+            return d
+        self.skipped += 1
+        if self.skipped < self.patience:
+            return 0
+        self.skipped, self.patience = 0, self.patience * 2
+        return best_length([1.0] * k, k, c, v)[0]  # a probe: 0 only if even a perfect draft cannot pay
 
     def observe(self, key: int, drafted: int, accepted: int) -> None:
         if drafted:

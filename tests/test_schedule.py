@@ -158,6 +158,30 @@ def test_cost_schedule_skips_a_useless_draft_and_uses_a_perfect_one():
     assert all(r.drafted == 4 for r in result.rounds[2:-2])
 
 
+def test_a_pessimistic_prior_on_a_model_draft_is_corrected_by_probes():
+    """A model draft learns nothing in a skipped round: without probes a prior that says "does
+    not pay" is never tested (the Qwen pair drafted 0 tokens in 328). With `explore` the
+    schedule probes after a few skipped rounds and, the draft being right, keeps drafting;
+    a useless draft is probed ever more rarely (the patience doubles)."""
+    target = ToyLM(40, seed=6)
+    profile = costs.fixed([1.0, 1.9, 2.8, 2.0, 2.4, 2.6, 2.8, 3.0, 3.2], 0.17, "model")  # the Qwen pair's curve
+
+    def run(noise, explore):
+        schedule = Cost(lambda w: profile, "model", lambda key: 0.6, explore=explore)
+        draft = Scheduled(ModelDraft(NoisyToyLM(target, noise), 40, name="model"), schedule)
+        result = speculative_decode(target, draft, [1, 2, 3], 4, 200, NO_EOS)
+        assert result.tokens == reference(target, [1, 2, 3], 200)
+        return [r.drafted for r in result.rounds]
+
+    assert sum(run(0.0, explore=False)) == 0  # the prior alone never tries it
+    good = run(0.0, explore=True)
+    assert good[0] == 4 and sum(good) > 150  # probed on the first round, then kept drafting
+    bad = run(1.0, explore=True)
+    probes = [i for i, d in enumerate(bad) if d]
+    assert probes[0] == 0 and len(probes) <= 7
+    assert all(b - a >= 8 for a, b in zip(probes[1:], probes[2:]))  # then 4, 8, 16, ... skipped rounds apart
+
+
 def test_a_skipped_free_draft_still_learns_from_a_peek():
     """Prompt lookup costs nothing: a round the schedule skips still tells it whether the
     lookup's first token would have been right, so a pessimistic start recovers."""
