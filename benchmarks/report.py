@@ -253,8 +253,9 @@ def pair_section(rows: list[dict]) -> list[str]:
 
 
 def batch_overall(rows: list[dict]) -> dict[int, dict]:
-    """batch size -> the overall bench row of that run."""
-    return {r.get("batch", 1): r for r in rows if r["row"] == "bench" and r["scope"] == "all"}
+    """batch size -> the overall bench row of that run; empty unless batch 1 and a larger one ran."""
+    runs = {r.get("batch", 1): r for r in rows if r["row"] == "bench" and r["scope"] == "all"}
+    return runs if 1 in runs and len(runs) >= 2 else {}
 
 
 def soak_growth(soak: list[dict]) -> tuple[float, float, int] | None:
@@ -267,10 +268,9 @@ def soak_growth(soak: list[dict]) -> tuple[float, float, int] | None:
 
 def batch_section(rows: list[dict], soak: list[dict]) -> list[str]:
     runs = batch_overall(rows)
-    if len(runs) < 2:
+    if not runs:
         return []
     one, n = runs[1], max(runs)
-    many = runs[n]
     body = []
     for size, r in sorted(runs.items()):
         body.append([str(size), str(r["prompts"]), str(r["tokens"]), f(r["greedy_tokens_per_s"], ".1f"),
@@ -297,7 +297,7 @@ def batch_section(rows: list[dict], soak: list[dict]) -> list[str]:
 
 def batch_closing(rows: list[dict], soak: list[dict]) -> list[str]:
     runs = batch_overall(rows)
-    if len(runs) < 2:
+    if not runs:
         return []
     one, n = runs[1], max(runs)
     many = runs[n]
