@@ -19,6 +19,8 @@ Why this design (issue 11 item 1):
   - Any other target (the toy, test wrappers) runs `SerialRows`: a cache per row, rows fed one
     by one. Batching the toy buys nothing; it lets every property test run on the loop.
   - Sliding-window and other non-plain cache layers are refused (holes would shift the window).
+  - Under the cost schedule the round's d is chosen for the batch (`Lengths`): a [B, d+1]
+    verify costs what it costs whichever row asked for d, so d must pay for the whole batch.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import torch
 from .decoding import GREEDY, NoDraft, Result, _elapsed, prefill, stop
 from .errors import SpecdecError
 from .metrics import Round, Stats
+from .schedule import Cost, Scheduled, batch_length
 
 MAX_BATCH = 256
 
@@ -173,6 +176,73 @@ def rows_for(target, card_name: str = "the target"):
     return SerialRows(target)
 
 
+# ---------------------------------------------------------------------------- one d per round
+class Lengths:
+    """The cost schedule's choice for a batch: each round, d = schedule.batch_length over the
+    rows' expected acceptance (each row's own Cost table: it goes on learning from its own
+    rounds), with the [rows, d+1] verify cost measured at this batch size (costs.CostProfile.
+    batch). Every row's draft is then pinned to d (a row may still propose fewer: a lookup
+    that matched nothing). A model draft is probed as at batch 1 (schedule.Cost): after
+    PATIENCE skipped rounds, the length that would pay if every row's draft were right."""
+
+    def __init__(self, profile, batch: int, draft_label: str, explore: bool):
+        self.profile, self.batch, self.label, self.explore = profile, batch, draft_label, explore
+        self.skipped, self.patience = Cost.PATIENCE - 1, Cost.PATIENCE
+
+    def pin(self, rows: list[Row], caps: list[int]) -> None:
+        curve, step = self.profile.batch(len(rows), self.batch)
+        v, c = (lambda n: curve[min(n, len(curve)) - 1]), self.profile.c(self.label) / step
+        outlooks = [r.draft.outlook(r.tokens, cap) for r, cap in zip(rows, caps)]
+        d = batch_length(outlooks, c, v)
+        if d or not self.explore:
+            self.skipped, self.patience = 0, (Cost.PATIENCE if d else self.patience)
+        else:
+            self.skipped += 1
+            if self.skipped >= self.patience:
+                self.skipped, self.patience = 0, self.patience * 2
+                d = batch_length([[1.0] * len(a) for a in outlooks], c, v)
+        for r in rows:
+            r.draft.pinned = d
+
+
+@torch.inference_mode()
+def rectangle_seconds(target, rows: int, widths: int, context: list[int], repeats: int = 3) -> list[float]:
+    """Seconds of one [rows, n] verify (n = 1..widths) after `context` in every row, through
+    HFRows as the loop runs it: the fastest of `repeats` tries after a warm-up."""
+    from .costs import _sync
+
+    cache = rows_for(target)
+    for _ in range(rows):
+        cache.add(context)
+    times: list[list[float]] = [[] for _ in range(widths)]
+    for _ in range(repeats + 1):
+        for n, out in enumerate(times, 1):
+            ids = torch.tensor([context[-n:]] * rows, device=target.device)
+            _sync(target.device)
+            start = time.perf_counter()
+            cache.forward(ids).argmax(-1).tolist()
+            out.append(time.perf_counter() - start)
+            cache.keep([0] * rows)
+    return [min(t[1:]) for t in times]
+
+
+def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:
+    """A batch-wide length choice when the draft is under the cost schedule and rows share a
+    verify (an HF target at batch > 1); None otherwise (each row's schedule decides alone)."""
+    from .costs import with_batch
+    from .models import HFLM
+    from .pair import innermost
+
+    if batch <= 1 or not isinstance(draft, Scheduled) or not isinstance(draft.schedule, Cost):
+        return None
+    if not isinstance(pair.target, HFLM):
+        return None
+    profile = pair.cost_profile((draft,), k + 1)
+    context = [(7 * i + 3) % min(pair.target.vocab_size, 1000) for i in range(profile.contexts[0])]
+    with_batch(profile, batch, lambda widths: rectangle_seconds(pair.target, batch, widths, context))
+    return Lengths(profile, batch, draft.schedule.draft_label, draft.schedule.explore)
+
+
 # ---------------------------------------------------------------------------- the rows
 def fork(draft):
     """A draft for one row: the wrapper chain copied (a schedule's state too), models shared."""
@@ -212,9 +282,12 @@ def enter(cache, target, index: int, prompt: list[int], draft, verifier) -> Row:
     return row
 
 
-def step(cache, rows: list[Row], k: int, max_tokens: int, eos: frozenset[int]) -> None:
+def step(cache, rows: list[Row], k: int, max_tokens: int, eos: frozenset[int], lengths=None) -> None:
     """One round for every row: draft, one batched verify, per-row accept, per-row rollback."""
-    drafts = [r.verifier.propose(r.draft, r.tokens, min(k, max_tokens - len(r.out) - 1)) for r in rows]
+    caps = [min(k, max_tokens - len(r.out) - 1) for r in rows]
+    if lengths is not None:
+        lengths.pin(rows, caps)
+    drafts = [r.verifier.propose(r.draft, r.tokens, cap) for r, cap in zip(rows, caps)]
     d = max(p.shape[0] for p, _ in drafts)  # the batch's rectangle: [B, d+1]
     ids = torch.stack([torch.cat([r.last, p, r.last.new_zeros(d - p.shape[0])]) for r, (p, _) in zip(rows, drafts)])
     logits = cache.forward(ids)  # [B, d+1, V]
@@ -239,17 +312,18 @@ def step(cache, rows: list[Row], k: int, max_tokens: int, eos: frozenset[int]) -
 @torch.inference_mode()
 def decode_batch(target, draft, prompts: list[list[int]], k: int, max_tokens: int, eos: frozenset[int],
                  batch: int, verifier: Callable[[], object] = lambda: GREEDY,
-                 card_name: str = "the target") -> Iterator[tuple[int, Result]]:
+                 card_name: str = "the target", lengths: Lengths | None = None) -> Iterator[tuple[int, Result]]:
     """decode() for many prompts, `batch` rows at a time: yields (prompt index, Result) as rows
     finish; a waiting prompt takes a finished row's place at once (continuous batching).
-    `draft` is forked per row; `verifier()` makes each row's verifier."""
+    `draft` is forked per row; `verifier()` makes each row's verifier; `lengths` (cost
+    schedule) chooses each round's d for the batch."""
     cache = rows_for(target, card_name)
     waiting, live = deque(enumerate(prompts)), []
     while waiting or live:
         while waiting and len(live) < batch:
             index, prompt = waiting.popleft()
             live.append(enter(cache, target, index, prompt, fork(draft), verifier()))
-        step(cache, live, k, max_tokens, eos)
+        step(cache, live, k, max_tokens, eos, lengths)
         for r in live:
             if r.done:
                 yield r.index, r.result(target.device)
@@ -275,9 +349,11 @@ def run(pair, prompts: list[list[int]], k: int, max_tokens: int, batch: int, dra
     decoding with draft None), greedy or sampled as the card says."""
     from .sampling import Sampler
 
+    lengths = lengths_for(pair, draft, k, batch) if draft is not None else None
     draft = draft if draft is not None else NoDraft(pair.device)
     verifier = (lambda: GREEDY) if pair.sampling.greedy else (lambda: Sampler(pair.sampling, pair.generator()))
-    return in_order(decode_batch(pair.target, draft, prompts, k, max_tokens, pair.eos, batch, verifier, f"card {pair.card.name}"))
+    return in_order(decode_batch(pair.target, draft, prompts, k, max_tokens, pair.eos, batch, verifier,
+                                 f"card {pair.card.name}", lengths))
 
 
 @dataclass

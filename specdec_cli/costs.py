@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -38,6 +39,7 @@ class CostProfile:
     contexts: list[int]  # context lengths the curve was measured after
     verify_s: list[list[float]]  # [context][n-1]: one forward over n new tokens
     draft_s: dict[str, float] = field(default_factory=dict)  # draft label -> seconds per proposed token
+    batch_s: dict[str, list[float]] = field(default_factory=dict)  # rows -> [n-1]: a [rows, n] verify (short context)
     measured_s: float = 0.0  # how long measuring took
     cached: bool = False  # read from the cache (not measured in this run)
 
@@ -68,11 +70,26 @@ class CostProfile:
     def curve(self, context: int | None = None) -> list[float]:
         return [self.v(n, context) for n in range(1, self.widths + 1)]
 
+    def batch(self, rows: int, of: int) -> tuple[list[float], float]:
+        """For `rows` live rows of a batch measured at `of` rows: (v_rows(n) for n = 1..widths,
+        in steps of the whole batch's 1-token forward; that forward's cost in 1-row steps).
+        Between 1 and `of` rows, linear between the 1-row and the `of`-row measurements."""
+        wide = self.batch_s.get(str(of))
+        one = self.curve(self.contexts[0])
+        if wide is None or rows <= 1 or of <= 1:
+            return one, 1.0
+        t = min((rows - 1) / (of - 1), 1.0)
+        step = 1 + t * (wide[0] / self.step_s - 1)
+        return [a + t * (x / wide[0] - a) for a, x in zip(one, wide)], step
+
     def as_dict(self) -> dict:
         """For JSON output: the costs in target steps, and what they were measured on."""
         return {"step_ms": self.step_s * 1e3, "contexts": self.contexts,
                 "verify_cost": {str(c): [round(x, 3) for x in self.curve(c)] for c in self.contexts},
                 "draft_cost": {name: round(self.c(name), 4) for name in self.draft_s},
+                **({"batch_verify_cost": {rows: [round(x / s[0], 3) for x in s] for rows, s in self.batch_s.items()},
+                    "batch_step": {rows: round(s[0] / self.step_s, 3) for rows, s in self.batch_s.items()}}
+                   if self.batch_s else {}),
                 "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
 
 
@@ -85,24 +102,32 @@ def _sync(device: torch.device) -> None:
 @torch.inference_mode()
 def forward_seconds(jobs: list[tuple[object, int]], context: list[int], repeats: int | None = None) -> list[float]:
     """Seconds of one forward of each (model, width) job over `width` tokens after `context`,
-    called the way the loop calls it (argmax + one host sync): the fastest of `repeats` tries,
+    called the way the loop calls it (argmax + one host sync): the fastest of the timed tries,
     since noise on a busy machine only ever adds time. The jobs take turns, so drift hits them
-    alike; each cache is rolled back after every try."""
-    caches = []
+    alike. Each model is prefilled once (its jobs share the cache, rolled back after every try):
+    a prefill of a long context is the most expensive part of measuring a large target.
+
+    Tries: one to warm the shapes up, then `repeats` timed ones; with repeats None,
+    PROBE_REPEATS, or 2 once a 1-token forward is seen to take over SLOW_STEP_S."""
+    caches = {}
     for lm, _ in jobs:
-        cache = lm.new_cache()
-        if len(context) > 1:
-            lm.forward(torch.tensor([context[:-1]], device=lm.device), cache, keep=1)
-        caches.append(cache)
+        if id(lm) not in caches:
+            caches[id(lm)] = lm.new_cache()
+            if len(context) > 1:
+                lm.forward(torch.tensor([context[:-1]], device=lm.device), caches[id(lm)], keep=1)
     times: list[list[float]] = [[] for _ in jobs]
-    for _ in range((repeats or PROBE_REPEATS) + 1):  # the first warms the shapes up
-        for (lm, width), cache, out in zip(jobs, caches, times):
+    tries = 0
+    while tries <= (repeats or PROBE_REPEATS):  # try 0 warms the shapes up
+        for (lm, width), out in zip(jobs, times):
             ids = torch.tensor([(context * width)[-width:]], device=lm.device)  # [1, width]
             _sync(lm.device)
             start = time.perf_counter()
-            lm.forward(ids, cache).argmax(-1).tolist()
+            lm.forward(ids, caches[id(lm)]).argmax(-1).tolist()
             out.append(time.perf_counter() - start)
-            cache.crop(-width)
+            caches[id(lm)].crop(-width)
+        tries += 1
+        if repeats is None and tries >= 3 and min(times[0][1:]) / jobs[0][1] > SLOW_STEP_S:
+            break  # a slow model: 2 timed tries are enough (seconds, not minutes)
     return [min(t[1:]) for t in times]
 
 
@@ -113,16 +138,13 @@ def probe_contexts(max_positions: int | None, widths: int) -> list[int]:
 
 
 def measure_target(target, widths: int) -> tuple[list[int], list[list[float]]]:
-    """Verify cost n = 1..widths after a short and a long context. Seconds, not minutes: a
-    slow target (one step over SLOW_STEP_S) gets 2 tries per width instead of PROBE_REPEATS."""
+    """Verify cost n = 1..widths after a short and a long context: one prefill per context,
+    then every width timed in turn."""
     contexts = probe_contexts(target.max_positions, widths)
-    verify, repeats = [], None
+    verify = []
     for length in contexts:
         context = [(7 * i + 3) % min(target.vocab_size, 1000) for i in range(length)]  # any ids will do
-        if repeats is None:
-            step = forward_seconds([(target, 1)], context, repeats=1)[0]
-            repeats = 2 if step > SLOW_STEP_S else None
-        verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], context, repeats))
+        verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], context))
     return contexts, verify
 
 
@@ -156,10 +178,12 @@ def read(key: dict) -> CostProfile | None:
         return None
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        profile = CostProfile(**{k: raw[k] for k in ("key", "contexts", "verify_s", "draft_s", "measured_s")})
+        profile = CostProfile(**{k: raw[k] for k in ("key", "contexts", "verify_s", "draft_s", "measured_s")},
+                              batch_s=raw.get("batch_s", {}))
         ok = (profile.key == key and len(profile.contexts) == len(profile.verify_s) >= 1
               and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.verify_s)
-              and all(isinstance(v, (int, float)) and v >= 0 for v in profile.draft_s.values()))
+              and all(isinstance(v, (int, float)) and v >= 0 for v in profile.draft_s.values())
+              and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.batch_s.values()))
         if not ok:
             raise ValueError("fields do not fit")
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -201,9 +225,24 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     if found.cached and not missing:
         return found
     found.measured_s += time.perf_counter() - start
+    save(found)
+    return found
+
+
+def with_batch(found: CostProfile, rows: int, measure: Callable[[int], list[float]]) -> CostProfile:
+    """`found` with the cost of a [rows, n] verify (n = 1..widths): measure(widths) -> seconds,
+    once per batch size, cached with the rest of the profile."""
+    if str(rows) not in found.batch_s:
+        start = time.perf_counter()
+        found.batch_s[str(rows)] = measure(found.widths)
+        found.measured_s += time.perf_counter() - start
+        save(found)
+    return found
+
+
+def save(found: CostProfile) -> None:
     if os.environ.get("SPECDEC_NO_COST_CACHE") != "1":
         write(found)
-    return found
 
 
 def fixed(curve: list[float], draft_cost: float = 0.0, label: str = "draft") -> CostProfile:

@@ -115,6 +115,22 @@ def best_length(alphas: list[float], k: int, c: float, v: Callable[[int], float]
     return best, best_gain
 
 
+def batch_length(outlooks: list[list[float]], c: float, v: Callable[[int], float]) -> int:
+    """A batch's d: the target verifies one rectangle [B, d+1], so each row proposes up to d and
+    the round is worth Σ_i E_i[min(d, k_i)] tokens for Σ_i min(d, k_i)·c + v_B(d+1) batch steps
+    (v_B in steps of the whole batch; outlooks[i] = row i's α_1..α_{k_i}). d = 0, a plain
+    batched step worth B tokens for v_B(1) = 1, wins ties: speculation has to pay for the
+    batch, not for the one row that would like it."""
+    rows = len(outlooks)
+    best, best_gain = 0, rows / v(1)
+    for d in range(1, max(map(len, outlooks), default=0) + 1):
+        tokens = sum(expected_tokens(a[:d]) for a in outlooks)
+        gain = tokens / (sum(min(d, len(a)) for a in outlooks) * c + v(d + 1))
+        if gain > best_gain * (1 + 1e-9):
+            best, best_gain = d, gain
+    return best
+
+
 class Cost:
     """d = argmax over 0..k of E[d] / (d·c + v(d+1)): expected emitted tokens per unit time,
     both in 1-token target steps measured on this machine (costs.CostProfile). Acceptance is
@@ -185,6 +201,7 @@ class Scheduled:
         self.name = f"{draft.name}+{schedule.name}"
         self.needs_reference = getattr(draft, "needs_reference", False)
         self.free = getattr(draft, "free", False)
+        self.pinned = None  # the next round's length when a batch decides it
 
     @property
     def forwards(self) -> int:
@@ -195,9 +212,22 @@ class Scheduled:
         self.round = None
         self.draft.begin(prompt)
 
+    def _key(self, tokens: list[int], k: int) -> int:
+        return self.draft.context_key(tokens, k) if hasattr(self.draft, "context_key") else 0
+
+    def outlook(self, tokens: list[int], k: int) -> list[float] | None:
+        """α_1..α_k the cost schedule expects in this context (None for other schedules): what a
+        batch weighs to choose one length for all its rows (schedule.batch_length)."""
+        if not isinstance(self.schedule, Cost):
+            return None
+        return self.schedule.acceptance(self._key(tokens, k)).alphas(k) if k else []
+
     def _length(self, tokens: list[int], k: int) -> int:
-        key = self.draft.context_key(tokens, k) if hasattr(self.draft, "context_key") else 0
-        d = self.schedule.length(key, k, len(tokens))
+        key = self._key(tokens, k)
+        if self.pinned is None:
+            d = self.schedule.length(key, k, len(tokens))
+        else:  # a batch chose the round's length for every row (decided for the batch's costs)
+            d, self.pinned = min(self.pinned, k), None
         peek = self.draft.lookup(tokens, 1) if d == 0 and k and key and self.free and hasattr(self.draft, "lookup") else None
         self.round = (key, len(tokens), peek)
         return d

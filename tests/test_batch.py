@@ -12,12 +12,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec_cli.batch import HFRows, decode_batch, in_order
+from specdec_cli import costs
+from specdec_cli.batch import HFRows, Lengths, decode_batch, in_order, rectangle_seconds
 from specdec_cli.decoding import NoDraft, greedy_decode
 from specdec_cli.drafts import ModelDraft, PromptLookupDraft
 from specdec_cli.errors import SpecdecError
 from specdec_cli.models import load, parse_ref
 from specdec_cli.sampling import Sampler, Sampling, speculative_sample
+from specdec_cli.schedule import Cost, Scheduled, lookup_prior
 from specdec_cli.toy import ToyLM
 
 from .conftest import DATA, parse_json_lines
@@ -67,6 +69,57 @@ def test_rows_finish_at_different_rounds_and_lines_come_in_input_order():
     assert len({len(r.rounds) for _, r in finished}) > 1  # rows left at different rounds
     assert [i for i, _ in finished] != list(range(len(prompts)))  # ...and out of input order
     assert [i for i, _ in in_order(iter(finished))] == list(range(len(prompts)))
+
+
+def batch_profile(rows: int, rectangle: list[float]):
+    profile = costs.fixed([1.0, 1.6, 2.1, 1.6, 1.5, 1.5], 0.0, "prompt-lookup")  # a batch-1 CPU curve
+    profile.batch_s[str(rows)] = rectangle
+    return profile
+
+
+@pytest.mark.parametrize("rectangle, speculates", [([2.0, 2.0, 2.0, 2.0, 2.0, 2.0], True),
+                                                   ([2.0, 8.0, 10.0, 12.0, 14.0, 16.0], False)])
+def test_the_batch_chooses_one_length_for_its_rows(rectangle, speculates):
+    """Under the cost schedule a batch pins every row to one d chosen for the batch's verify
+    cost: a flat [4, n] verify (a GPU-like curve) speculates, a steep one never does, whatever
+    a row alone would have chosen; every row stays its batch-1 greedy output either way."""
+    target = ToyLM(24, 2)
+    prompts = [reference(target, [p], 30) * 2 for p in (1, 5, 9, 13, 17, 3)]  # the continuation copies the prompt
+    draft = Scheduled(PromptLookupDraft(CPU, 3, 1), Cost(lambda w: None, "prompt-lookup", lookup_prior))
+    lengths = Lengths(batch_profile(4, rectangle), 4, "prompt-lookup", explore=False)
+    finished = dict(decode_batch(target, draft, prompts, 4, 30, frozenset(), 4, lengths=lengths))
+    for i, prompt in enumerate(prompts):
+        assert finished[i].tokens == reference(target, prompt, 30)
+    drafted = [r.drafted for res in finished.values() for r in res.rounds]
+    assert (sum(drafted) > 0) == speculates
+    if speculates:
+        assert sum(res.stats.verify_rounds for res in finished.values()) < sum(len(res.tokens) for res in finished.values())
+
+
+def test_a_batch_probes_a_model_draft_its_prior_would_skip():
+    """A model draft learns nothing in a skipped round: the batch probes it (first skipped
+    round, then after 4, 8, ... skipped rounds) and, the draft being right, keeps drafting."""
+    from .toys import NoisyToyLM
+
+    target = ToyLM(24, 4)
+    prompts = [[1, 2], [5], [9, 3], [13]]
+    for noise, drafts in ((0.0, True), (1.0, False)):
+        inner = ModelDraft(NoisyToyLM(target, noise), 24, name="model")
+        draft = Scheduled(inner, Cost(lambda w: None, "model", lambda key: 0.0, explore=True))
+        profile = costs.fixed([1.0, 1.2, 1.3, 1.4, 1.5, 1.6], 0.05, "model")
+        profile.batch_s["4"] = [2.0, 2.4, 2.6, 2.8, 3.0, 3.2]
+        finished = dict(decode_batch(target, draft, prompts, 4, 60, frozenset(), 4,
+                                     lengths=Lengths(profile, 4, "model", explore=True)))
+        assert [finished[i].tokens for i in range(4)] == [reference(target, p, 60) for p in prompts]
+        rounds = [r.drafted for r in finished[0].rounds]
+        assert rounds[0] > 0  # the first round probes
+        assert (sum(rounds) > 2 * len(rounds)) == drafts  # a right draft is kept, a wrong one dropped
+
+
+def test_rectangle_seconds_times_every_width_on_a_real_batch(twins):
+    target, _ = twins
+    seconds = rectangle_seconds(target, 3, 4, list(range(3, 20)), repeats=1)
+    assert len(seconds) == 4 and all(s > 0 for s in seconds)
 
 
 def test_in_order_waits_for_earlier_items():

@@ -17,8 +17,8 @@ from specdec_cli.decoding import decode, greedy_decode, speculative_decode
 from specdec_cli.drafts import ModelDraft, OracleDraft, PromptLookupDraft
 from specdec_cli.pair import load_pair
 from specdec_cli.plan import ReplayTarget
-from specdec_cli.schedule import (Acceptance, AdaptiveK, Cost, Fixed, Heuristic, Scheduled, best_length,
-                                  expected_tokens, lookup_prior)
+from specdec_cli.schedule import (Acceptance, AdaptiveK, Cost, Fixed, Heuristic, Scheduled, batch_length,
+                                  best_length, expected_tokens, lookup_prior)
 from specdec_cli.toy import ToyLM
 from tests.conftest import parse_json_lines
 from tests.toys import NoisyToyLM, reference
@@ -60,6 +60,22 @@ def test_expected_tokens_and_gain():
     assert expected_tokens([0.5, 0.5]) == pytest.approx(1.75)
     d, gain = best_length([1.0] * 4, 4, 0.0, lambda n: 1.0)
     assert (d, gain) == (4, 5.0)
+
+
+def test_a_batch_speculates_only_when_it_pays_for_every_row():
+    """One [B, d+1] verify for all rows: a row that would speculate alone (α = 0.9) does not
+    get d = 4 when the 7 others have no match, since the rectangle costs the whole batch."""
+    batch8 = [1.0, 1.31, 1.35, 1.65, 1.99, 2.09]  # SmolLM2 at 8 rows, measured (2 threads)
+    v = lambda n: batch8[n - 1]  # noqa: E731
+    keen, idle = [0.9] * 4, [0.0] * 4
+    assert best_length(keen, 4, 0.0, lambda n: CPU[n - 1])[0] == 4  # alone it would propose 4
+    assert batch_length([keen] + [idle] * 7, 0.0, v) == 0  # (7 + 4.1) / 1.99 < 8 / 1
+    assert batch_length([keen] * 8, 0.0, v) == 3  # 8 * 3.44 / 1.65 = 16.7 beats d = 4's 8 * 4.1 / 1.99 = 16.5
+    assert batch_length([keen] * 4 + [idle] * 4, 0.0, v) == 2  # (4 + 4 * 2.71) / 1.35 = 11.0 > 8
+    assert batch_length([keen] * 8, 2.0, v) == 0  # a draft costing 2 batch steps per token
+    assert batch_length([[], []], 0.0, v) == 0  # no row may propose (max_tokens reached)
+    assert batch_length([[1.0, 1.0], [1.0]], 0.0, lambda n: 1.0) == 2  # rows capped below d count min(d, k_i)
+    assert batch_length([keen], 0.0, lambda n: CPU[n - 1]) == best_length(keen, 4, 0.0, lambda n: CPU[n - 1])[0]
 
 
 def test_acceptance_learns_per_position_and_forgets():
@@ -226,6 +242,43 @@ def test_profile_is_cached_and_remeasured_when_the_key_changes(monkeypatch):
     assert not costs.profile(probe, "toy-a", None, {}).cached
     assert len(list(costs.cache_dir("costs").glob("*.json"))) == 3
     assert costs.profile(probe, "toy-a", "v2", {}, remeasure=True).cached is False
+
+
+def test_each_context_is_prefilled_once_whatever_the_widths(monkeypatch):
+    """Every width shares one prefilled cache (rolled back after each try): a long prefill is
+    the dear part of measuring a 1B+ target on a CPU."""
+    monkeypatch.setattr(costs, "PROBE_REPEATS", 2)
+    probe, widths = Probe(), []
+    real = probe.forward
+    probe.forward = lambda ids, cache, keep=0: (widths.append(ids.shape[1]), real(ids, cache, keep))[1]
+    profile = costs.profile(probe, "toy-p", None, {})
+    long = [w for w in widths if w > costs.MIN_WIDTHS]
+    assert long == [c - 1 for c in profile.contexts]  # one prefill per context
+    assert len(widths) == len(profile.contexts) * (1 + costs.MIN_WIDTHS * (2 + 1))  # warm-up + 2 tries per width
+
+
+def test_a_batch_verify_curve_is_cached_with_the_profile(monkeypatch):
+    monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
+    probe, measured = Probe(), []
+    found = costs.profile(probe, "toy-q", None, {})
+    step = found.step_s
+
+    def measure(widths):
+        measured.append(widths)
+        return [step * (1.5 + 0.25 * n) for n in range(widths)]  # a [8, n] verify: 1.5, 1.75, ... steps
+
+    costs.with_batch(found, 8, measure)
+    costs.with_batch(found, 8, measure)
+    assert measured == [costs.MIN_WIDTHS]  # measured once
+    again = costs.profile(probe, "toy-q", None, {})
+    assert again.cached and again.batch_s == found.batch_s
+    curve, batch_step = again.batch(8, 8)
+    assert batch_step == pytest.approx(1.5) and curve[1] == pytest.approx(1.75 / 1.5)
+    one = again.curve(again.contexts[0])
+    assert again.batch(1, 8) == (one, 1.0) and again.batch(5, 1) == (one, 1.0)
+    assert again.batch(4, 7) == (one, 1.0)  # no 7-row measurement: the 1-row curve
+    assert again.batch(4, 8)[1] == pytest.approx(1 + 3 / 7 * 0.5)  # 4 live rows of 8: 3/7 of the way
+    assert "batch_verify_cost" in again.as_dict() and again.as_dict()["batch_step"] == {"8": 1.5}
 
 
 def test_a_wider_k_or_a_new_draft_completes_the_cached_profile(monkeypatch):
