@@ -36,7 +36,7 @@ import torch
 from .decoding import GREEDY, NoDraft, Result, _elapsed, prefill, stop
 from .errors import SpecdecError
 from .metrics import Round, Stats
-from .schedule import Cost, Scheduled, batch_length
+from .schedule import Cost, Scheduled, batch_length, probed
 
 MAX_BATCH = 256
 
@@ -183,13 +183,21 @@ class Lengths:
     rounds), with the [rows, d+1] verify cost measured at this batch size (costs.CostProfile.
     batch). Every row's draft is then pinned to d (a row may still propose fewer: a lookup
     that matched nothing). A model draft is probed as at batch 1 (schedule.Cost): after
-    PATIENCE skipped rounds, the length that would pay if every row's draft were right."""
+    PATIENCE skipped rounds, the length that would pay if every row's draft were right; a
+    probe that paid for itself (more tokens than a plain batched step would give for its
+    price) is followed by another at the next skipped round, one that did not doubles the wait."""
 
     def __init__(self, profile, batch: int, draft_label: str, explore: bool):
         self.profile, self.batch, self.label, self.explore = profile, batch, draft_label, explore
         self.skipped, self.patience = Cost.PATIENCE - 1, Cost.PATIENCE
+        self.probe = None  # (rows, price in batch steps) of the last round, if it was a probe
 
     def pin(self, rows: list[Row], caps: list[int]) -> None:
+        if self.probe is not None:  # the probe's outcome: its rows' last rounds
+            probed_rows, price = self.probe
+            tokens = sum(r.rounds[-1].accepted + 1 for r in probed_rows)
+            self.skipped, self.patience = probed(tokens >= len(probed_rows) * price, self.patience)
+            self.probe = None
         curve, step = self.profile.batch(len(rows), self.batch)
         v, c = (lambda n: curve[min(n, len(curve)) - 1]), self.profile.c(self.label) / step
         outlooks = [r.draft.outlook(r.tokens, cap) for r, cap in zip(rows, caps)]
@@ -199,8 +207,10 @@ class Lengths:
         else:
             self.skipped += 1
             if self.skipped >= self.patience:
-                self.skipped, self.patience = 0, self.patience * 2
+                self.skipped = 0
                 d = batch_length([[1.0] * len(a) for a in outlooks], c, v)
+                drafted = sum(min(d, len(a)) for a in outlooks)
+                self.probe = (list(rows), drafted * c + v(d + 1)) if d else None  # in batch steps
         for r in rows:
             r.draft.pinned = d
 

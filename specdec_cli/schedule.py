@@ -141,9 +141,12 @@ class Cost:
     is too pessimistic would never be corrected (a 0.5B draft agreeing 90 % with its 1.5B
     target, never tried). With `explore`, after `patience` skipped rounds in a row the schedule
     probes: it proposes the length that would pay if the draft were always right. A probe that
-    does not change the decision doubles the patience (a useless draft costs O(log n) probes);
-    a round drafted on the evidence resets it. Free drafts (prompt lookup) need no probes:
-    `Scheduled` peeks at their first token instead."""
+    did not pay for itself (fewer tokens than the target steps it cost) doubles the patience (a
+    useless draft costs O(log n) probes); one that paid makes the next skipped round probe
+    again, so a good draft behind a pessimistic estimate is back within a round or two (the
+    Qwen pair used to wait 16 rounds after a fully accepted probe). A round drafted on the
+    evidence resets the patience. Free drafts (prompt lookup) need no probes: `Scheduled`
+    peeks at their first token instead."""
 
     name = "cost"
     PATIENCE = 4
@@ -158,6 +161,7 @@ class Cost:
         # the first skipped round of a request probes at once: a draft the user chose is tried
         # before a prior that is only a guess can rule it out for the next few rounds
         self.skipped, self.patience = self.PATIENCE - 1, self.PATIENCE
+        self.probe_price = None  # a probe round's cost in target steps, until its outcome is seen
 
     def acceptance(self, key: int) -> Acceptance:
         if key not in self.table:
@@ -165,6 +169,7 @@ class Cost:
         return self.table[key]
 
     def length(self, key: int, k: int, context: int) -> int:
+        self.probe_price = None  # a probe that proposed nothing taught nothing
         if k == 0:
             return 0
         profile = self._profile(k + 1)  # v(1..k+1), measured once per machine (cached)
@@ -176,12 +181,23 @@ class Cost:
         self.skipped += 1
         if self.skipped < self.patience:
             return 0
-        self.skipped, self.patience = 0, self.patience * 2
-        return best_length([1.0] * k, k, c, v)[0]  # a probe: 0 only if even a perfect draft cannot pay
+        self.skipped = 0
+        d = best_length([1.0] * k, k, c, v)[0]  # a probe: 0 only if even a perfect draft cannot pay
+        self.probe_price = d * c + v(d + 1) if d else None
+        return d
 
     def observe(self, key: int, drafted: int, accepted: int) -> None:
         if drafted:
             self.acceptance(key).observe(drafted, accepted)
+        if self.probe_price is not None:
+            self.skipped, self.patience = probed(accepted + 1 >= self.probe_price, self.patience)
+            self.probe_price = None
+
+
+def probed(paid: bool, patience: int) -> tuple[int, int]:
+    """(skipped, patience) after a probe: one that paid for itself makes the next skipped round
+    probe again; one that did not doubles the wait."""
+    return (Cost.PATIENCE - 1, Cost.PATIENCE) if paid else (0, patience * 2)
 
 
 def lookup_prior(key: int) -> float:

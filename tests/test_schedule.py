@@ -182,8 +182,8 @@ def test_a_pessimistic_prior_on_a_model_draft_is_corrected_by_probes():
     target = ToyLM(40, seed=6)
     profile = costs.fixed([1.0, 1.9, 2.8, 2.0, 2.4, 2.6, 2.8, 3.0, 3.2], 0.17, "model")  # the Qwen pair's curve
 
-    def run(noise, explore):
-        schedule = Cost(lambda w: profile, "model", lambda key: 0.6, explore=explore)
+    def run(noise, explore, prior=0.6):
+        schedule = Cost(lambda w: profile, "model", lambda key: prior, explore=explore)
         draft = Scheduled(ModelDraft(NoisyToyLM(target, noise), 40, name="model"), schedule)
         result = speculative_decode(target, draft, [1, 2, 3], 4, 200, NO_EOS)
         assert result.tokens == reference(target, [1, 2, 3], 200)
@@ -196,6 +196,9 @@ def test_a_pessimistic_prior_on_a_model_draft_is_corrected_by_probes():
     probes = [i for i, d in enumerate(bad) if d]
     assert probes[0] == 0 and len(probes) <= 7
     assert all(b - a >= 8 for a, b in zip(probes[1:], probes[2:]))  # then 4, 8, 16, ... skipped rounds apart
+    # a probe that paid for itself is followed by another at once: a right draft behind the
+    # most pessimistic prior drafts from the first round on (it used to wait 8, then 16 rounds)
+    assert all(run(0.0, explore=True, prior=0.0)[:8])
 
 
 def test_a_skipped_free_draft_still_learns_from_a_peek():
