@@ -88,6 +88,7 @@ def main(directory: str, command: str) -> str:
     bench, sweep, plan = load(str(d / "bench.jsonl")), load(str(d / "sweep.jsonl")), optional(d, "plan.jsonl")
     distilled, pair = optional(d, "distilled.jsonl"), optional(d, "pair.jsonl")
     batch, soak = optional(d, "batch.jsonl"), optional(d, "soak.jsonl")
+    batch_exact = optional(d, "batch-exact.jsonl")
     spec = [r for r in bench if r["row"] == "bench" and r["scope"] in ("category", "all")]
     peers = [r for r in bench if r["row"] == "transformers" and r["scope"] == "all"]
     sweep_all = [r for r in sweep if r["row"] == "bench" and r["scope"] == "all"]
@@ -191,8 +192,9 @@ def main(directory: str, command: str) -> str:
             "",
             "![tokens/round and speedup against agreement, measured beside the cost model](agreement-sweep.png)",
         ]
-    out += distilled_section(distilled) + pair_section(pair) + batch_section(batch, soak)
+    out += distilled_section(distilled) + pair_section(pair) + batch_section(batch, soak) + batch_exact_section(batch_exact)
     out += ["", "## Closing note", ""] + closing(spec, peers, sweep_all, pairs, distilled, pair) + batch_closing(batch, soak)
+    out += batch_exact_closing(batch_exact)
     out += [""]
     return "\n".join(out)
 
@@ -310,6 +312,39 @@ def batch_closing(rows: list[dict], soak: list[dict]) -> list[str]:
     if growth:
         lines.append(f"- Soak, {growth[2]} requests at batch {n}: peak RSS {growth[0]:.0f} → {growth[1]:.0f} MB.")
     return lines
+
+
+def batch_exact_runs(rows: list[dict]) -> list[tuple[dict, int, int]]:
+    """Per k: (the overall row, rows identical to batch-1 greedy, rows)."""
+    out = []
+    for total in sorted((r for r in rows if r["row"] == "bench" and r["scope"] == "all"), key=lambda r: r["k"]):
+        prompts = [r for r in rows if r["row"] == "bench" and r["scope"] == "prompt" and r["k"] == total["k"]]
+        out.append((total, sum(bool(r["identical"]) for r in prompts), len(prompts)))
+    return out
+
+
+def batch_exact_section(rows: list[dict]) -> list[str]:
+    runs = batch_exact_runs(rows)
+    if not runs:
+        return []
+    first = runs[0][0]
+    body = [[str(r["k"]), str(r["prompts"]), str(r["tokens"]), f(r["greedy_tokens_per_s"], ".1f"), f(r["tokens_per_s"], ".1f"),
+             f(r["speedup"], ".2f", "x"), f(r["tokens_per_round"]), f"{same}/{n}"] for r, same, n in runs]
+    return ["", f"### Every prompt of the suite at `--batch {first['batch']}`, k = {', '.join(str(r['k']) for r, _, _ in runs)}", "",
+            f"Card `{first['card']}` ({first['draft']}), all {first['prompts']} built-in prompts, at most {first['max_tokens']} "
+            "new tokens, one timed pass per k beside one batched greedy pass; every row compared with that prompt's "
+            "batch-1 greedy decode (`identical`: rows equal / rows).", "",
+            table(["k", "prompts", "tokens", "greedy tok/s", "spec tok/s", "spec/greedy", "tokens/round", "identical"], body)]
+
+
+def batch_exact_closing(rows: list[dict]) -> list[str]:
+    runs = batch_exact_runs(rows)
+    if not runs:
+        return []
+    same, n = sum(x[1] for x in runs), sum(x[2] for x in runs)
+    ks = ", ".join(str(r["k"]) for r, _, _ in runs)
+    return [f"- Batch {runs[0][0]['batch']} over the whole suite at k = {ks}: **{same}/{n}** rows identical to batch-1 greedy; "
+            f"speculative vs greedy at that batch {', '.join(f(r['speedup'], '.2f', 'x') for r, _, _ in runs)}."]
 
 
 def closing(spec, peers, sweep, pairs, distilled, pair) -> list[str]:

@@ -11,7 +11,9 @@
 #   PAIR_CARD=qwen2.5-coder-1.5b (empty: skip; skipped too when its files are not fetched) on the
 #   suite's code prompts, PAIR_MAX_TOKENS=96, PAIR_REPEATS=1, with --vs-transformers
 #   BATCH=8 (empty: skip) the card at --batch 1 and --batch BATCH over BATCH_LIMIT=3 prompts per
-#   category, then a soak: SOAK_PROMPTS=200 requests of SOAK_MAX_TOKENS=32 through generate --batch
+#   category, then every prompt of the suite at --batch BATCH for each k in BATCH_KS=1,4,8 (rows
+#   checked against batch-1 greedy), then a soak: SOAK_PROMPTS=200 requests of SOAK_MAX_TOKENS=32
+#   through generate --batch
 # e.g. on a quiet or GPU machine: LIMIT=3 REPEATS=5 SWEEP_REPEATS=3 bash benchmarks/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +33,7 @@ PAIR_MAX_TOKENS=${PAIR_MAX_TOKENS:-96}
 PAIR_REPEATS=${PAIR_REPEATS:-1}
 BATCH=${BATCH-8}
 BATCH_LIMIT=${BATCH_LIMIT:-3}
+BATCH_KS=${BATCH_KS:-1,4,8}
 SOAK_PROMPTS=${SOAK_PROMPTS:-200}
 SOAK_MAX_TOKENS=${SOAK_MAX_TOKENS:-32}
 B=benchmarks
@@ -72,12 +75,14 @@ check_before_load(load_card('$PAIR_CARD'))" 2>/dev/null; then  # its files are f
 fi
 # 5. batching: the same prompts at --batch 1 and --batch BATCH (throughput over the whole run),
 #    then the soak: SOAK_PROMPTS requests through generate --batch, peak RSS on every output line
-rm -f "$B/batch.jsonl.tmp" "$B/soak.jsonl.tmp"
+rm -f "$B/batch.jsonl.tmp" "$B/batch-exact.jsonl.tmp" "$B/soak.jsonl.tmp"
 if [ -n "$BATCH" ]; then
   for n in 1 "$BATCH"; do
     "$SPECDEC" bench --card "$CARD" --limit "$BATCH_LIMIT" --max-tokens "$MAX_TOKENS" --repeats 1 --batch "$n" \
         --json >> "$B/batch.jsonl.tmp"
   done
+  "$SPECDEC" bench --card "$CARD" --max-tokens "$MAX_TOKENS" --repeats 1 --batch "$BATCH" --k-sweep "$BATCH_KS" \
+      --json > "$B/batch-exact.jsonl.tmp"
   "$PYTHON" -c "import json, sys; from specdec_cli.prompts import SUITE
 for i in range(int(sys.argv[1])):
     p = SUITE[i % len(SUITE)]; print(json.dumps({'id': f'soak-{i}', 'prompt': f'Request {i}. {p.text}'}))" \
@@ -88,9 +93,9 @@ fi
 mv "$B/bench.jsonl.tmp" "$B/bench.jsonl"
 mv "$B/sweep.jsonl.tmp" "$B/sweep.jsonl"
 mv "$B/plan.jsonl.tmp" "$B/plan.jsonl"
-for f in distilled pair batch soak; do if [ -f "$B/$f.jsonl.tmp" ]; then mv "$B/$f.jsonl.tmp" "$B/$f.jsonl"; else rm -f "$B/$f.jsonl"; fi; done
+for f in distilled pair batch batch-exact soak; do if [ -f "$B/$f.jsonl.tmp" ]; then mv "$B/$f.jsonl.tmp" "$B/$f.jsonl"; else rm -f "$B/$f.jsonl"; fi; done
 
-command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS bash benchmarks/run.sh"
+command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS bash benchmarks/run.sh"
 "$PYTHON" "$B/report.py" "$B" "$command" > "$B/RESULTS.md.tmp"
 mv "$B/RESULTS.md.tmp" "$B/RESULTS.md"
 echo "wrote $B/RESULTS.md" >&2
