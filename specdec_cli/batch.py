@@ -36,7 +36,7 @@ import torch
 from .decoding import GREEDY, NoDraft, Result, _elapsed, prefill, stop
 from .errors import SpecdecError
 from .metrics import Round, Stats
-from .schedule import Cost, Scheduled, batch_length, probed
+from .schedule import Cost, Scheduled, batch_length, opening, probed
 
 MAX_BATCH = 256
 
@@ -189,7 +189,7 @@ class Lengths:
 
     def __init__(self, profile, batch: int, draft_label: str, explore: bool):
         self.profile, self.batch, self.label, self.explore = profile, batch, draft_label, explore
-        self.skipped, self.patience = Cost.PATIENCE - 1, Cost.PATIENCE
+        self.skipped, self.patience = opening()
         self.probe = None  # (rows, price in batch steps) of the last round, if it was a probe
 
     def pin(self, rows: list[Row], caps: list[int]) -> None:

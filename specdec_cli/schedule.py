@@ -158,9 +158,7 @@ class Cost:
 
     def begin(self) -> None:
         self.table = {}  # per request: acceptance depends on the prompt
-        # the first skipped round of a request probes at once: a draft the user chose is tried
-        # before a prior that is only a guess can rule it out for the next few rounds
-        self.skipped, self.patience = self.PATIENCE - 1, self.PATIENCE
+        self.skipped, self.patience = opening()
         self.probe_price = None  # a probe round's cost in target steps, until its outcome is seen
 
     def acceptance(self, key: int) -> Acceptance:
@@ -192,6 +190,14 @@ class Cost:
         if self.probe_price is not None:
             self.skipped, self.patience = probed(accepted + 1 >= self.probe_price, self.patience)
             self.probe_price = None
+
+
+def opening() -> tuple[int, int]:
+    """(skipped, patience) at a request's start: the first skipped round probes at once (a
+    draft the user chose is tried before a prior that is only a guess rules it out), and if
+    that probe fails the next comes after PATIENCE skipped rounds, not 2·PATIENCE: a chat
+    reply's first token is where a draft most often parts from its target."""
+    return Cost.PATIENCE - 1, Cost.PATIENCE // 2
 
 
 def probed(paid: bool, patience: int) -> tuple[int, int]:

@@ -194,7 +194,7 @@ def test_a_pessimistic_prior_on_a_model_draft_is_corrected_by_probes():
     assert good[0] == 4 and sum(good) > 150  # probed on the first round, then kept drafting
     bad = run(1.0, explore=True)
     probes = [i for i, d in enumerate(bad) if d]
-    assert probes[0] == 0 and len(probes) <= 7
+    assert probes[0] == 0 and probes[1] == 4 and len(probes) <= 7  # a failed first probe: 3 skipped rounds, then the next
     assert all(b - a >= 8 for a, b in zip(probes[1:], probes[2:]))  # then 4, 8, 16, ... skipped rounds apart
     # a probe that paid for itself is followed by another at once: a right draft behind the
     # most pessimistic prior drafts from the first round on (it used to wait 8, then 16 rounds)
