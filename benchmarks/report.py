@@ -88,7 +88,7 @@ def main(directory: str, command: str) -> str:
     bench, sweep, plan = load(str(d / "bench.jsonl")), load(str(d / "sweep.jsonl")), optional(d, "plan.jsonl")
     distilled, pair = optional(d, "distilled.jsonl"), optional(d, "pair.jsonl")
     batch, soak = optional(d, "batch.jsonl"), optional(d, "soak.jsonl")
-    batch_exact = optional(d, "batch-exact.jsonl")
+    batch_exact, pair_exact = optional(d, "batch-exact.jsonl"), optional(d, "pair-exact.jsonl")
     spec = [r for r in bench if r["row"] == "bench" and r["scope"] in ("category", "all")]
     peers = [r for r in bench if r["row"] == "transformers" and r["scope"] == "all"]
     sweep_all = [r for r in sweep if r["row"] == "bench" and r["scope"] == "all"]
@@ -192,9 +192,10 @@ def main(directory: str, command: str) -> str:
             "",
             "![tokens/round and speedup against agreement, measured beside the cost model](agreement-sweep.png)",
         ]
-    out += distilled_section(distilled) + pair_section(pair) + batch_section(batch, soak) + batch_exact_section(batch_exact)
+    out += distilled_section(distilled) + pair_section(pair) + pair_exact_section(pair_exact)
+    out += batch_section(batch, soak) + batch_exact_section(batch_exact)
     out += ["", "## Closing note", ""] + closing(spec, peers, sweep_all, pairs, distilled, pair) + batch_closing(batch, soak)
-    out += batch_exact_closing(batch_exact)
+    out += pair_exact_closing(pair_exact) + batch_exact_closing(batch_exact)
     out += [""]
     return "\n".join(out)
 
@@ -312,6 +313,44 @@ def batch_closing(rows: list[dict], soak: list[dict]) -> list[str]:
     if growth:
         lines.append(f"- Soak, {growth[2]} requests at batch {n}: peak RSS {growth[0]:.0f} → {growth[1]:.0f} MB.")
     return lines
+
+
+def pair_exact_counts(rows: list[dict]) -> dict[int, tuple[int, int]]:
+    """verify-exactness lines: k -> (identical, checked)."""
+    out: dict[int, tuple[int, int]] = {}
+    for r in rows:
+        if "k" in r and "identical" in r:
+            same, n = out.get(r["k"], (0, 0))
+            out[r["k"]] = (same + bool(r["identical"]), n + 1)
+    return dict(sorted(out.items()))
+
+
+def pair_exact_section(rows: list[dict]) -> list[str]:
+    counts = pair_exact_counts(rows)
+    if not counts:
+        return []
+    ks = sorted(counts)
+    longest = max(len(r["greedy_tokens"]) for r in rows if "greedy_tokens" in r)
+    tokens = sum(len(r["greedy_tokens"]) for r in rows if r.get("k") == ks[0])
+    prompts = len({r["id"] for r in rows if "id" in r})
+    body = [[str(k), f"{same}/{n}"] for k, (same, n) in counts.items()]
+    return ["", "### Exactness of the pair over the whole suite", "",
+            f"`specdec verify-exactness -c {PAIR_CARD_NAME} -k {','.join(map(str, ks))} -n {longest} --json` "
+            f"(`benchmarks/pair-exact.jsonl`; about 40 CPU-minutes, so `run.sh` keeps the file it finds unless "
+            f"`PAIR_EXACT_TOKENS` is set): all {prompts} built-in prompts, {tokens} greedy tokens per k, each speculative "
+            "decode compared token for token with the target's greedy decode.", "",
+            table(["k", "identical"], body)]
+
+
+def pair_exact_closing(rows: list[dict]) -> list[str]:
+    counts = pair_exact_counts(rows)
+    if not counts:
+        return []
+    same, n = sum(x[0] for x in counts.values()), sum(x[1] for x in counts.values())
+    return [f"- `{PAIR_CARD_NAME}` exactness over the suite at k = {', '.join(map(str, counts))}: **{same}/{n}** identical."]
+
+
+PAIR_CARD_NAME = "qwen2.5-coder-1.5b"
 
 
 def batch_exact_runs(rows: list[dict]) -> list[tuple[dict, int, int]]:

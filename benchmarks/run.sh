@@ -14,6 +14,8 @@
 #   category, then every prompt of the suite at --batch BATCH for each k in BATCH_KS=1,4,8 (rows
 #   checked against batch-1 greedy), then a soak: SOAK_PROMPTS=200 requests of SOAK_MAX_TOKENS=32
 #   through generate --batch
+#   PAIR_EXACT_TOKENS (unset: keep benchmarks/pair-exact.jsonl as it is; about 40 CPU-minutes at 48)
+#   verify-exactness of PAIR_CARD over the whole suite at k = 1,2,4,8, at most that many tokens
 # e.g. on a quiet or GPU machine: LIMIT=3 REPEATS=5 SWEEP_REPEATS=3 bash benchmarks/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +33,7 @@ DISTILLED_CARD=${DISTILLED_CARD-smollm2-distilled}
 PAIR_CARD=${PAIR_CARD-qwen2.5-coder-1.5b}
 PAIR_MAX_TOKENS=${PAIR_MAX_TOKENS:-96}
 PAIR_REPEATS=${PAIR_REPEATS:-1}
+PAIR_EXACT_TOKENS=${PAIR_EXACT_TOKENS:-}
 BATCH=${BATCH-8}
 BATCH_LIMIT=${BATCH_LIMIT:-3}
 BATCH_KS=${BATCH_KS:-1,4,8}
@@ -72,6 +75,10 @@ check_before_load(load_card('$PAIR_CARD'))" 2>/dev/null; then  # its files are f
   suite "" code > "$B/code-prompts.jsonl"
   "$SPECDEC" bench --card "$PAIR_CARD" --prompts-file "$B/code-prompts.jsonl" --max-tokens "$PAIR_MAX_TOKENS" \
       --repeats "$PAIR_REPEATS" --vs-transformers --json > "$B/pair.jsonl.tmp"
+  if [ -n "$PAIR_EXACT_TOKENS" ]; then
+    "$SPECDEC" verify-exactness --card "$PAIR_CARD" -k 1,2,4,8 -n "$PAIR_EXACT_TOKENS" --json > "$B/pair-exact.jsonl.tmp"
+    mv "$B/pair-exact.jsonl.tmp" "$B/pair-exact.jsonl"
+  fi
 fi
 # 5. batching: the same prompts at --batch 1 and --batch BATCH (throughput over the whole run),
 #    then the soak: SOAK_PROMPTS requests through generate --batch, peak RSS on every output line
@@ -95,7 +102,7 @@ mv "$B/sweep.jsonl.tmp" "$B/sweep.jsonl"
 mv "$B/plan.jsonl.tmp" "$B/plan.jsonl"
 for f in distilled pair batch batch-exact soak; do if [ -f "$B/$f.jsonl.tmp" ]; then mv "$B/$f.jsonl.tmp" "$B/$f.jsonl"; else rm -f "$B/$f.jsonl"; fi; done
 
-command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS bash benchmarks/run.sh"
+command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS ${PAIR_EXACT_TOKENS:+PAIR_EXACT_TOKENS=$PAIR_EXACT_TOKENS }SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS bash benchmarks/run.sh"
 "$PYTHON" "$B/report.py" "$B" "$command" > "$B/RESULTS.md.tmp"
 mv "$B/RESULTS.md.tmp" "$B/RESULTS.md"
 echo "wrote $B/RESULTS.md" >&2
