@@ -198,6 +198,8 @@ class Lengths:
             tokens = sum(r.rounds[-1].accepted + 1 for r in probed_rows)
             self.skipped, self.patience = probed(tokens >= len(probed_rows) * price, self.patience)
             self.probe = None
+        if any(not r.rounds for r in rows):  # a request just entered: it gets its opening probe
+            self.skipped, self.patience = opening()
         curve, step = self.profile.batch(len(rows), self.batch)
         v, c = (lambda n: curve[min(n, len(curve)) - 1]), self.profile.c(self.label) / step
         outlooks = [r.draft.outlook(r.tokens, cap) for r, cap in zip(rows, caps)]

@@ -73,14 +73,15 @@ class CostProfile:
     def batch(self, rows: int, of: int) -> tuple[list[float], float]:
         """For `rows` live rows of a batch measured at `of` rows: (v_rows(n) for n = 1..widths,
         in steps of the whole batch's 1-token forward; that forward's cost in 1-row steps).
-        Between 1 and `of` rows, linear between the 1-row and the `of`-row measurements."""
+        Between 1 and `of` rows the seconds are linear between the 1-row and the `of`-row
+        measurements. Both at the short context: a batch's rows sit at different lengths."""
         wide = self.batch_s.get(str(of))
-        one = self.curve(self.contexts[0])
+        one = self.verify_s[0]
         if wide is None or rows <= 1 or of <= 1:
-            return one, 1.0
+            return self.curve(self.contexts[0]), 1.0
         t = min((rows - 1) / (of - 1), 1.0)
-        step = 1 + t * (wide[0] / self.step_s - 1)
-        return [a + t * (x / wide[0] - a) for a, x in zip(one, wide)], step
+        seconds = [a + t * (x - a) for a, x in zip(one, wide)]
+        return [x / seconds[0] for x in seconds], seconds[0] / self.step_s
 
     def as_dict(self) -> dict:
         """For JSON output: the costs in target steps, and what they were measured on."""
@@ -181,12 +182,13 @@ def read(key: dict) -> CostProfile | None:
         profile = CostProfile(**{k: raw[k] for k in ("key", "contexts", "verify_s", "draft_s", "measured_s")},
                               batch_s=raw.get("batch_s", {}))
         ok = (profile.key == key and len(profile.contexts) == len(profile.verify_s) >= 1
+              and isinstance(profile.draft_s, dict) and isinstance(profile.batch_s, dict)
               and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.verify_s)
               and all(isinstance(v, (int, float)) and v >= 0 for v in profile.draft_s.values())
               and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.batch_s.values()))
         if not ok:
             raise ValueError("fields do not fit")
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         _warn(f"cost profile {path} is unreadable ({type(e).__name__}: {str(e)[:80]}); measuring again")
         return None
     profile.cached = True

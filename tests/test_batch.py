@@ -116,6 +116,36 @@ def test_a_batch_probes_a_model_draft_its_prior_would_skip():
         assert (sum(rounds) > 2 * len(rounds)) == drafts  # a right draft is kept, a wrong one dropped
 
 
+def test_a_request_entering_the_batch_gets_its_opening_probe():
+    """The batch's probe patience doubles after failed probes; a request that enters later is
+    still probed at its first skipped round, as it would be alone."""
+    from types import SimpleNamespace
+
+    from specdec_cli.metrics import Round
+
+    class Doubtful:  # a model draft the schedule expects nothing from
+        pinned = None
+
+        def outlook(self, tokens, k):
+            return [0.0] * k
+
+    profile = costs.fixed([1.0, 1.2, 1.3, 1.4, 1.5], 0.05, "model")
+    profile.batch_s["2"] = [2.0, 2.2, 2.4, 2.6, 2.8]
+    lengths = Lengths(profile, 2, "model", explore=True)
+    rows = [SimpleNamespace(draft=Doubtful(), tokens=[1], rounds=[]) for _ in range(2)]
+    pinned = []
+    for _ in range(30):
+        lengths.pin(rows, [4, 4])
+        pinned.append(rows[0].draft.pinned)
+        for r in rows:  # every proposal rejected
+            r.rounds.append(Round(drafted=r.draft.pinned, accepted=0, emitted=1))
+    probes = [i for i, d in enumerate(pinned) if d]
+    assert probes[:3] == [0, 4, 12] and lengths.patience >= 16  # the gaps double
+    rows[1] = SimpleNamespace(draft=Doubtful(), tokens=[1], rounds=[])  # a new request takes a slot
+    lengths.pin(rows, [4, 4])
+    assert rows[1].draft.pinned == 4  # probed at once
+
+
 def test_rectangle_seconds_times_every_width_on_a_real_batch(twins):
     target, _ = twins
     seconds = rectangle_seconds(target, 3, 4, list(range(3, 20)), repeats=1)

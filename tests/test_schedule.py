@@ -284,6 +284,30 @@ def test_a_batch_verify_curve_is_cached_with_the_profile(monkeypatch):
     assert "batch_verify_cost" in again.as_dict() and again.as_dict()["batch_step"] == {"8": 1.5}
 
 
+def test_a_partly_live_batch_interpolates_seconds_not_ratios():
+    """2 live rows of a batch measured at 3: halfway between the 1-row seconds [1, 2] and the
+    3-row seconds [4, 5] is [2.5, 3.5]: v(2) = 1.4 batch steps, a batch step = 2.5 row steps
+    (interpolating the ratios 2 and 1.25 would say 1.625)."""
+    profile = costs.CostProfile({}, [32], [[1.0, 2.0]], batch_s={"3": [4.0, 5.0]})
+    curve, step = profile.batch(2, 3)
+    assert curve == pytest.approx([1.0, 1.4]) and step == pytest.approx(2.5)
+    assert profile.batch(3, 3) == (pytest.approx([1.0, 1.25]), pytest.approx(4.0))
+
+
+def test_a_cache_file_with_a_malformed_batch_curve_is_remeasured(monkeypatch, capsys):
+    monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
+    probe = Probe()
+    costs.profile(probe, "toy-r", None, {})
+    (path,) = costs.cache_dir("costs").glob("*.json")
+    for bad in (None, [1, 2], {"8": [1.0]}, {"8": "fast"}):
+        raw = json.loads(path.read_text())
+        raw["batch_s"] = bad
+        path.write_text(json.dumps(raw))
+        capsys.readouterr()
+        assert not costs.profile(probe, "toy-r", None, {}).cached
+        assert capsys.readouterr().err.startswith("Warning: cost profile ")
+
+
 def test_a_wider_k_or_a_new_draft_completes_the_cached_profile(monkeypatch):
     monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
     probe = Probe()
