@@ -36,7 +36,7 @@ import torch
 from .decoding import GREEDY, NoDraft, Result, _elapsed, prefill, stop
 from .errors import SpecdecError
 from .metrics import Round, Stats
-from .schedule import Cost, Scheduled, batch_length, opening, probed
+from .schedule import Cost, Probes, Scheduled, batch_length
 
 MAX_BATCH = 256
 
@@ -182,37 +182,31 @@ class Lengths:
     rows' expected acceptance (each row's own Cost table: it goes on learning from its own
     rounds), with the [rows, d+1] verify cost measured at this batch size (costs.CostProfile.
     batch). Every row's draft is then pinned to d (a row may still propose fewer: a lookup
-    that matched nothing). A model draft is probed as at batch 1 (schedule.Cost): after
-    PATIENCE skipped rounds, the length that would pay if every row's draft were right; a
-    probe that paid for itself (more tokens than a plain batched step would give for its
-    price) is followed by another at the next skipped round, one that did not doubles the wait."""
+    that matched nothing). A model draft is probed as at batch 1 (schedule.Probes): the
+    length that would pay if every row's draft were right; a probe paid for itself when it
+    gave more tokens than plain batched steps would for its price."""
 
     def __init__(self, profile, batch: int, draft_label: str, explore: bool):
         self.profile, self.batch, self.label, self.explore = profile, batch, draft_label, explore
-        self.skipped, self.patience = opening()
+        self.probes = Probes()
         self.probe = None  # (rows, price in batch steps) of the last round, if it was a probe
 
     def pin(self, rows: list[Row], caps: list[int]) -> None:
         if self.probe is not None:  # the probe's outcome: its rows' last rounds
             probed_rows, price = self.probe
             tokens = sum(r.rounds[-1].accepted + 1 for r in probed_rows)
-            self.skipped, self.patience = probed(tokens >= len(probed_rows) * price, self.patience)
+            self.probes.outcome(tokens >= len(probed_rows) * price)
             self.probe = None
         if any(not r.rounds for r in rows):  # a request just entered: it gets its opening probe
-            self.skipped, self.patience = opening()
+            self.probes = Probes()
         curve, step = self.profile.batch(len(rows), self.batch)
         v, c = (lambda n: curve[min(n, len(curve)) - 1]), self.profile.c(self.label) / step
         outlooks = [r.draft.outlook(r.tokens, cap) for r, cap in zip(rows, caps)]
         d = batch_length(outlooks, c, v)
-        if d or not self.explore:
-            self.skipped, self.patience = 0, (Cost.PATIENCE if d else self.patience)
-        else:
-            self.skipped += 1
-            if self.skipped >= self.patience:
-                self.skipped = 0
-                d = batch_length([[1.0] * len(a) for a in outlooks], c, v)
-                drafted = sum(min(d, len(a)) for a in outlooks)
-                self.probe = (list(rows), drafted * c + v(d + 1)) if d else None  # in batch steps
+        if self.explore and self.probes.due(d):
+            d = batch_length([[1.0] * len(a) for a in outlooks], c, v)
+            drafted = sum(min(d, len(a)) for a in outlooks)
+            self.probe = (list(rows), drafted * c + v(d + 1)) if d else None  # in batch steps
         for r in rows:
             r.draft.pinned = d
 
@@ -241,16 +235,15 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int], repeat
 def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:
     """A batch-wide length choice when the draft is under the cost schedule and rows share a
     verify (an HF target at batch > 1); None otherwise (each row's schedule decides alone)."""
-    from .costs import with_batch
+    from .costs import probe_ids, with_batch
     from .models import HFLM
-    from .pair import innermost
 
     if batch <= 1 or not isinstance(draft, Scheduled) or not isinstance(draft.schedule, Cost):
         return None
     if not isinstance(pair.target, HFLM):
         return None
     profile = pair.cost_profile((draft,), k + 1)
-    context = [(7 * i + 3) % min(pair.target.vocab_size, 1000) for i in range(profile.contexts[0])]
+    context = probe_ids(pair.target, profile.contexts[0])
     with_batch(profile, batch, lambda widths: rectangle_seconds(pair.target, batch, widths, context))
     return Lengths(profile, batch, draft.schedule.draft_label, draft.schedule.explore)
 

@@ -144,9 +144,13 @@ def measure_target(target, widths: int) -> tuple[list[int], list[list[float]]]:
     contexts = probe_contexts(target.max_positions, widths)
     verify = []
     for length in contexts:
-        context = [(7 * i + 3) % min(target.vocab_size, 1000) for i in range(length)]  # any ids will do
-        verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], context))
+        verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], probe_ids(target, length)))
     return contexts, verify
+
+
+def probe_ids(target, length: int) -> list[int]:
+    """`length` token ids to measure after: any ids will do."""
+    return [(7 * i + 3) % min(target.vocab_size, 1000) for i in range(length)]
 
 
 # ---------------------------------------------------------------------------- the cache
@@ -221,7 +225,7 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
         found = CostProfile(key, contexts, verify, {})
     missing = {label: d for label, d in drafts.items() if label not in found.draft_s}
     if missing:
-        context = [(7 * i + 3) % min(target.vocab_size, 1000) for i in range(found.contexts[0])]
+        context = probe_ids(target, found.contexts[0])
         for label, draft in missing.items():
             found.draft_s[label] = draft.step_seconds(context)
     if found.cached and not missing:

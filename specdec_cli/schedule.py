@@ -149,7 +149,6 @@ class Cost:
     peeks at their first token instead."""
 
     name = "cost"
-    PATIENCE = 4
 
     def __init__(self, profile: Callable[[int], object], draft_label: str, prior: Callable[[int], float],
                  explore: bool = False):
@@ -158,7 +157,7 @@ class Cost:
 
     def begin(self) -> None:
         self.table = {}  # per request: acceptance depends on the prompt
-        self.skipped, self.patience = opening()
+        self.probes = Probes()
         self.probe_price = None  # a probe round's cost in target steps, until its outcome is seen
 
     def acceptance(self, key: int) -> Acceptance:
@@ -173,13 +172,8 @@ class Cost:
         profile = self._profile(k + 1)  # v(1..k+1), measured once per machine (cached)
         c, v = profile.c(self.draft_label), (lambda n: profile.v(n, context))
         d = best_length(self.acceptance(key).alphas(k), k, c, v)[0]
-        if d or not self.explore:
-            self.skipped, self.patience = 0, (self.PATIENCE if d else self.patience)
+        if not self.explore or not self.probes.due(d):
             return d
-        self.skipped += 1
-        if self.skipped < self.patience:
-            return 0
-        self.skipped = 0
         d = best_length([1.0] * k, k, c, v)[0]  # a probe: 0 only if even a perfect draft cannot pay
         self.probe_price = d * c + v(d + 1) if d else None
         return d
@@ -188,22 +182,37 @@ class Cost:
         if drafted:
             self.acceptance(key).observe(drafted, accepted)
         if self.probe_price is not None:
-            self.skipped, self.patience = probed(accepted + 1 >= self.probe_price, self.patience)
+            self.probes.outcome(accepted + 1 >= self.probe_price)
             self.probe_price = None
 
 
-def opening() -> tuple[int, int]:
-    """(skipped, patience) at a request's start: the first skipped round probes at once (a
-    draft the user chose is tried before a prior that is only a guess rules it out), and if
-    that probe fails the next comes after PATIENCE skipped rounds, not 2·PATIENCE: a chat
-    reply's first token is where a draft most often parts from its target."""
-    return Cost.PATIENCE - 1, Cost.PATIENCE // 2
+class Probes:
+    """When to probe a draft the estimates say to skip (Cost, and batch.Lengths for a batch):
+    after `patience` skipped rounds in a row. At a request's start the first skipped round
+    probes at once (a draft the user chose is tried before a prior that is only a guess rules
+    it out), and if that probe fails the next comes after PATIENCE skipped rounds, not
+    2·PATIENCE: a chat reply's first token is where a draft most often parts from its target.
+    A probe that paid for itself makes the next skipped round probe again; one that did not
+    doubles the wait; a round drafted on the evidence resets it."""
 
+    PATIENCE = 4
 
-def probed(paid: bool, patience: int) -> tuple[int, int]:
-    """(skipped, patience) after a probe: one that paid for itself makes the next skipped round
-    probe again; one that did not doubles the wait."""
-    return (Cost.PATIENCE - 1, Cost.PATIENCE) if paid else (0, patience * 2)
+    def __init__(self):
+        self.skipped, self.patience = self.PATIENCE - 1, self.PATIENCE // 2
+
+    def due(self, decided: int) -> bool:
+        """The estimates chose d = `decided`: should this round probe instead?"""
+        if decided:
+            self.skipped, self.patience = 0, self.PATIENCE
+            return False
+        self.skipped += 1
+        if self.skipped < self.patience:
+            return False
+        self.skipped = 0
+        return True
+
+    def outcome(self, paid: bool) -> None:
+        self.skipped, self.patience = (self.PATIENCE - 1, self.PATIENCE) if paid else (0, self.patience * 2)
 
 
 def lookup_prior(key: int) -> float:

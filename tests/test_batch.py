@@ -140,7 +140,7 @@ def test_a_request_entering_the_batch_gets_its_opening_probe():
         for r in rows:  # every proposal rejected
             r.rounds.append(Round(drafted=r.draft.pinned, accepted=0, emitted=1))
     probes = [i for i, d in enumerate(pinned) if d]
-    assert probes[:3] == [0, 4, 12] and lengths.patience >= 16  # the gaps double
+    assert probes[:3] == [0, 4, 12] and lengths.probes.patience >= 16  # the gaps double
     rows[1] = SimpleNamespace(draft=Doubtful(), tokens=[1], rounds=[])  # a new request takes a slot
     lengths.pin(rows, [4, 4])
     assert rows[1].draft.pinned == 4  # probed at once
