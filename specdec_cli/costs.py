@@ -23,9 +23,10 @@ from typing import Callable
 
 import torch
 
+from . import kernels
 from .files import cache_dir, write_text_atomic
 
-VERSION = 1  # bump when the file's meaning changes: old files are then re-measured
+VERSION = 2  # bump when the file's meaning changes: old files are then re-measured (2: weight_major)
 PROBE_REPEATS = 3  # timed forwards per width (the fastest is kept: noise only ever adds time)
 MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
 SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 2 tries per width
@@ -40,6 +41,7 @@ class CostProfile:
     verify_s: list[list[float]]  # [context][n-1]: one forward over n new tokens
     draft_s: dict[str, float] = field(default_factory=dict)  # draft label -> seconds per proposed token
     batch_s: dict[str, list[float]] = field(default_factory=dict)  # rows -> [n-1]: a [rows, n] verify (short context)
+    weight_major: list[int] = field(default_factory=list)  # widths whose matmuls run W @ xᵀ (kernels.py)
     measured_s: float = 0.0  # how long measuring took
     cached: bool = False  # read from the cache (not measured in this run)
 
@@ -91,7 +93,7 @@ class CostProfile:
                 **({"batch_verify_cost": {rows: [round(x / s[0], 3) for x in s] for rows, s in self.batch_s.items()},
                     "batch_step": {rows: round(s[0] / self.step_s, 3) for rows, s in self.batch_s.items()}}
                    if self.batch_s else {}),
-                "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
+                "weight_major": self.weight_major, "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -109,9 +111,10 @@ def forward_seconds(jobs: list[tuple[object, int]], context: list[int], repeats:
     a prefill of a long context is the most expensive part of measuring a large target.
 
     Tries: one to warm the shapes up, then `repeats` timed ones; with repeats None,
-    PROBE_REPEATS, or 2 once a 1-token forward is seen to take over SLOW_STEP_S."""
+    PROBE_REPEATS, or 2 once a 1-token forward is seen to take over SLOW_STEP_S.
+    A job (model, width, weight_major) times that width with that matmul form (kernels.py)."""
     caches = {}
-    for lm, _ in jobs:
+    for lm, *_ in jobs:
         if id(lm) not in caches:
             caches[id(lm)] = lm.new_cache()
             if len(context) > 1:
@@ -119,7 +122,9 @@ def forward_seconds(jobs: list[tuple[object, int]], context: list[int], repeats:
     times: list[list[float]] = [[] for _ in jobs]
     tries = 0
     while tries <= (repeats or PROBE_REPEATS):  # try 0 warms the shapes up
-        for (lm, width), out in zip(jobs, times):
+        for (lm, width, *form), out in zip(jobs, times):
+            if form:
+                lm.weight_major.widths = frozenset([width] if form[0] else [])
             ids = torch.tensor([(context * width)[-width:]], device=lm.device)  # [1, width]
             _sync(lm.device)
             start = time.perf_counter()
@@ -138,14 +143,32 @@ def probe_contexts(max_positions: int | None, widths: int) -> list[int]:
     return [min(32, long // 2), long]
 
 
-def measure_target(target, widths: int) -> tuple[list[int], list[list[float]]]:
-    """Verify cost n = 1..widths after a short and a long context: one prefill per context,
-    then every width timed in turn."""
+def measure_target(target, widths: int) -> tuple[list[int], list[list[float]], list[int]]:
+    """Verify cost n = 1..widths after a short and a long context (one prefill per context,
+    then every width timed in turn), with the matmul form chosen first for each width."""
     contexts = probe_contexts(target.max_positions, widths)
+    weight_major = choose_weight_major(target, widths, probe_ids(target, contexts[0]))
     verify = []
     for length in contexts:
         verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], probe_ids(target, length)))
-    return contexts, verify
+    return contexts, verify, weight_major
+
+
+def choose_weight_major(target, widths: int, context: list[int]) -> list[int]:
+    """The widths n = 2..widths at which the target's forward is at least 3 % faster with
+    weight-major matmuls than with F.linear, the two timed in turn (kernels.py); they stay
+    switched on. [] for a target without the switch (a GPU, a toy)."""
+    switch = getattr(target, "weight_major", None)
+    if switch is None or widths < 2:
+        return []
+    if kernels.mode() == "all":  # an audit: every width, untimed
+        switch.widths = frozenset(range(2, widths + 1))
+        return sorted(switch.widths)
+    jobs = [(target, n, form) for n in range(2, widths + 1) for form in (False, True)]
+    seconds = forward_seconds(jobs, context)
+    chosen = [n for n, plain, major in zip(range(2, widths + 1), seconds[::2], seconds[1::2]) if major < 0.97 * plain]
+    switch.widths = frozenset(chosen)
+    return chosen
 
 
 def probe_ids(target, length: int) -> list[int]:
@@ -165,7 +188,7 @@ def model_key(target, ref: str, revision: str | None) -> dict:
     dtype = getattr(getattr(target, "model", None), "dtype", None)
     return {"model": name, "revision": revision, "device": str(target.device),
             "dtype": str(dtype or "n/a").removeprefix("torch."), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "version": VERSION}
+            "torch": torch.__version__, "matmuls": kernels.mode(), "version": VERSION}
 
 
 def _path(key: dict) -> Path:
@@ -184,12 +207,14 @@ def read(key: dict) -> CostProfile | None:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         profile = CostProfile(**{k: raw[k] for k in ("key", "contexts", "verify_s", "draft_s", "measured_s")},
-                              batch_s=raw.get("batch_s", {}))
+                              batch_s=raw.get("batch_s", {}), weight_major=raw.get("weight_major", []))
         ok = (profile.key == key and len(profile.contexts) == len(profile.verify_s) >= 1
               and isinstance(profile.draft_s, dict) and isinstance(profile.batch_s, dict)
               and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.verify_s)
               and all(isinstance(v, (int, float)) and v >= 0 for v in profile.draft_s.values())
-              and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.batch_s.values()))
+              and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.batch_s.values())
+              and isinstance(profile.weight_major, list)
+              and all(type(n) is int and 2 <= n <= profile.widths for n in profile.weight_major))
         if not ok:
             raise ValueError("fields do not fit")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -221,8 +246,10 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     found = None if remeasure else read(key)
     start = time.perf_counter()
     if found is None or found.widths < widths:
-        contexts, verify = measure_target(target, widths)
-        found = CostProfile(key, contexts, verify, {})
+        contexts, verify, weight_major = measure_target(target, widths)
+        found = CostProfile(key, contexts, verify, {}, weight_major=weight_major)
+    elif getattr(target, "weight_major", None) is not None:
+        target.weight_major.widths = frozenset(found.weight_major)  # the form the curve was measured with
     missing = {label: d for label, d in drafts.items() if label not in found.draft_s}
     if missing:
         context = probe_ids(target, found.contexts[0])

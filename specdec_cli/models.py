@@ -203,6 +203,7 @@ class HFLM:
 
     keep_hidden = False
     hidden, hidden_ids, hidden_start, version = None, None, 0, 0
+    weight_major = None  # a CPU target's kernels.WeightMajor: which widths run W @ xᵀ (the cost profile's)
 
     def __init__(self, model, config=None):
         self.model = model.eval()

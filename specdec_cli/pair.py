@@ -14,7 +14,7 @@ import torch
 from .cards import Card, DraftSpec
 from .decoding import Result, greedy_decode, prefill, speculative_decode
 from . import costs as cost_model
-from . import features
+from . import features, kernels
 from .drafts import Draft, ModelDraft, OracleDraft, PromptLookupDraft, SyntheticDraft
 from .errors import SpecdecError
 from .memory import peak_rss_mb
@@ -45,10 +45,14 @@ class Pair:
         return str(self.dtype).removeprefix("torch.")
 
     def prepare(self, k: int, draft=None) -> None:
-        """Before timing: a draft under the cost schedule needs the cost profile; get it now."""
+        """Before timing: get the cost profile now if the run needs it: a draft under the cost
+        schedule reads it, and a CPU target's verify matmuls take the form it measured faster
+        for each width up to k + 1 (kernels.py)."""
         draft = draft or self.draft
         if any(isinstance(getattr(d, "schedule", None), Cost) for d in draft_chain(draft)):
             self.cost_profile((draft,), k + 1)
+        elif getattr(self.target, "weight_major", None) is not None:
+            self.cost_profile((), k + 1)
 
     def cost_profile(self, drafts: tuple = (), widths: int = cost_model.MIN_WIDTHS) -> cost_model.CostProfile:
         """The target's verify cost curve (n = 1..widths) and each draft's cost per proposed
@@ -89,6 +93,7 @@ class Pair:
              generator: torch.Generator | None = None, prefix=None) -> Result:
         """Speculative greedy at temperature 0, else speculative sampling (a fresh generator
         seeded from the card unless one is given; `prefix`: see prefill)."""
+        self.prepare(k, draft)  # once: the cost profile (a no-op when it is there)
         if self.sampling.greedy:
             return speculative_decode(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos)
         return speculative_sample(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos,
@@ -294,12 +299,15 @@ def weights_path(card: Card, spec: DraftSpec) -> Path:
 
 def load_pair(card: Card) -> Pair:
     target_ref = check_before_load(card)
+    matmuls = kernels.mode()  # SPECDEC_WEIGHT_MAJOR, checked before the slow part
     device = resolve_device(card.device)
     dtype = resolve_dtype(card.dtype, device)
     # device_map: auto spreads the target over the GPUs; the draft then goes to target.device,
     # the first of them (where the embedding, and so every input, lives)
     target, tokenizer = load(target_ref, device, dtype, card.trust_remote_code, card.revision,
                              device_map=card.device_map)
+    if isinstance(target, HFLM) and target.device.type == "cpu" and not card.device_map and matmuls != "off":
+        target.weight_major = kernels.install(target.model)  # off until the cost profile turns widths on
     if card.chat_template is True and not tokenizer.has_chat_template():
         raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")
     chat = tokenizer.has_chat_template() if card.chat_template == "auto" else card.chat_template

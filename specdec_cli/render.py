@@ -123,8 +123,10 @@ def cost_caption(profile, k: int) -> str:
     where = "cached" if profile.cached else f"measured in {profile.measured_s:.1f} s"
     curve = " ".join(f"{v:.2f}" for v in profile.curve(profile.contexts[0])[: k + 1])
     drafts = ", ".join(f"{name} c={profile.c(name):.2f}" for name in profile.draft_s) or "draft makes no model call (c=0)"
+    major = [n for n in profile.weight_major if n <= k + 1]
+    matmuls = f"; W @ xᵀ matmuls at n = {','.join(map(str, major))}" if major else ""
     return (f"cost profile ({where}): target step {profile.step_s * 1e3:.1f} ms; verify cost v(n), n=1..{k + 1}, "
-            f"in steps: {curve}; {drafts}")
+            f"in steps: {curve}{matmuls}; {drafts}")
 
 
 def show_generation(gen, pair, out: Console, err: Console, rounds: bool) -> None:

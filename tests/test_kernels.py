@@ -1,0 +1,154 @@
+"""Weight-major matmuls for few-token forwards (kernels.py) and their choice by the cost profile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specdec_cli import costs, kernels
+from specdec_cli.decoding import greedy_decode, speculative_decode
+from specdec_cli.drafts import ModelDraft, PromptLookupDraft
+from specdec_cli.models import HFLM
+from tests.conftest import parse_json_lines
+from tests.test_decoding import noisy_twins
+
+TINY_LLAMA = Path(__file__).parents[1] / "cards/configs/tiny-llama.json"
+NO_EOS = frozenset()
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(1, 5, 48), (3, 48), (2, 4, 48)])
+def test_weight_major_equals_f_linear_up_to_rounding_and_only_where_switched_on(bias, shape):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(48, 80, bias=bias)
+    switch = kernels.install(torch.nn.Sequential(layer))
+    x = torch.randn(*shape)
+    rows = x.numel() // 48
+    reference = F.linear(x, layer.weight, layer.bias)
+    assert torch.equal(layer(x), reference)  # switched off: F.linear itself, bit for bit
+    switch.widths = frozenset({rows + 1})
+    assert torch.equal(layer(x), reference)  # another width switched on: still F.linear
+    switch.widths = frozenset({rows})
+    out = layer(x)
+    assert out.shape == reference.shape and out.is_contiguous()
+    assert torch.allclose(out, reference, atol=1e-5, rtol=1e-5)
+    one = layer(x.reshape(rows, 1, 48)[:1])  # a 1-token forward never takes W @ xᵀ
+    assert torch.equal(one, F.linear(x.reshape(rows, 1, 48)[:1], layer.weight, layer.bias))
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_install_routes_plain_linear_layers_only():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    quantized = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(8, 8)), {torch.nn.Linear},
+                                                       dtype=torch.qint8)
+    kernels.install(model)
+    kernels.install(quantized)
+    assert all("forward" in vars(m) for m in model if isinstance(m, torch.nn.Linear))
+    assert "forward" not in vars(model[1]) and "forward" not in vars(quantized[0])
+
+
+def test_choice_keeps_the_widths_measured_faster(monkeypatch):
+    """Per width, the form that measured at least 3 % faster; the switch is left on for those."""
+    lm = HFLM(noisy_twins(TINY_LLAMA, 0)[0].model)
+    lm.weight_major = kernels.install(lm.model)
+    timings = {2: (1.0, 0.5), 3: (1.0, 0.99), 4: (1.0, 1.4), 5: (2.0, 1.0)}  # width -> (F.linear, W @ xᵀ)
+    seen = []
+
+    def fake(jobs, context, repeats=None):
+        seen.extend(jobs)
+        return [timings[width][form] for _, width, form in jobs]
+
+    monkeypatch.setattr(costs, "forward_seconds", fake)
+    assert costs.choose_weight_major(lm, 5, [1, 2, 3]) == [2, 5]
+    assert lm.weight_major.widths == {2, 5}
+    assert [(w, f) for _, w, f in seen] == [(w, f) for w in range(2, 6) for f in (False, True)]
+    assert costs.choose_weight_major(object(), 5, [1]) == []  # no switch (a toy, a GPU): nothing to choose
+
+
+def test_forward_seconds_times_each_form_with_the_switch_set(one_thread):
+    lm = HFLM(noisy_twins(TINY_LLAMA, 0)[0].model)
+    switch = lm.weight_major = kernels.install(lm.model)
+    calls = []
+    real = kernels._linear
+    seen = lambda layer, s, x: (calls.append((x.numel() // x.shape[-1], frozenset(s.widths))), real(layer, s, x))[1]
+    for m in lm.model.modules():
+        if isinstance(m, torch.nn.Linear):
+            m.forward = lambda x, m=m: seen(m, switch, x)
+    costs.forward_seconds([(lm, 3, False), (lm, 3, True)], list(range(1, 12)), repeats=1)
+    assert (3, frozenset()) in calls and (3, frozenset({3})) in calls
+
+
+def test_profile_caches_the_choice_and_a_cached_profile_switches_it_on(monkeypatch, one_thread):
+    monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
+    monkeypatch.setattr(costs, "choose_weight_major",
+                        lambda target, widths, context: sorted(setattr(target.weight_major, "widths", frozenset({2, 4}))
+                                                               or target.weight_major.widths))
+    lm = HFLM(noisy_twins(TINY_LLAMA, 0)[0].model)
+    lm.weight_major = kernels.install(lm.model)
+    first = costs.profile(lm, "tiny-wm", None, {})
+    assert first.weight_major == [2, 4] and first.as_dict()["weight_major"] == [2, 4]
+    lm.weight_major.widths = frozenset()  # a new process: the switch starts off
+    again = costs.profile(lm, "tiny-wm", None, {})
+    assert again.cached and lm.weight_major.widths == {2, 4}
+
+
+@pytest.mark.parametrize("bad", [[1], [99], ["2"], {"2": 1}])
+def test_a_cached_profile_with_malformed_widths_is_remeasured(monkeypatch, capsys, bad):
+    monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
+    lm = HFLM(noisy_twins(TINY_LLAMA, 0)[0].model)
+    lm.weight_major = kernels.install(lm.model)
+    costs.profile(lm, "tiny-bad", None, {})
+    path = next(costs.cache_dir("costs").glob("*.json"))
+    raw = json.loads(path.read_text())
+    path.write_text(json.dumps({**raw, "weight_major": bad}))
+    again = costs.profile(lm, "tiny-bad", None, {})
+    assert not again.cached and "unreadable" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_spec_equals_greedy_with_every_width_weight_major(k, one_thread):
+    """A draft that disagrees (rollbacks of every length) and prompt lookup, with every verify
+    width forced weight-major: still the target's greedy output, which runs 1-token steps."""
+    target, noisy = noisy_twins(TINY_LLAMA, 1)
+    target.weight_major = kernels.install(target.model)
+    prompts = [list(range(3, 15)), [7, 8, 7, 8, 7], list(range(40, 71))]
+    expected = [greedy_decode(target, p, 48, NO_EOS).tokens for p in prompts]
+    target.weight_major.widths = frozenset(range(2, 10))
+    for draft in (ModelDraft(noisy, target.vocab_size), PromptLookupDraft(torch.device("cpu"))):
+        got = [speculative_decode(target, draft, p, k, 48, NO_EOS).tokens for p in prompts]
+        assert got == expected, draft
+
+
+def tiny_card(write_card):
+    return write_card({"description": "t", "target": f"random:{TINY_LLAMA}", "device": "cpu",
+                       "draft": {"kind": "prompt-lookup", "schedule": "fixed"}, "decoding": {"k": 3, "max_tokens": 12}})
+
+
+def test_a_cpu_run_reports_the_widths_it_runs_weight_major(run, write_card, one_thread, monkeypatch):
+    monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "all")
+    r = run("generate", "-c", tiny_card(write_card), "-m", "both", "--json", "ab ab ab ab")
+    assert r.exit_code == 0, r.stderr
+    out = parse_json_lines(r.stdout)[0]
+    assert out["cost_profile"]["weight_major"] == [2, 3, 4, 5] and out["cost_profile"]["matmuls"] == "all"
+    assert out["spec"]["tokens"] == out["greedy"]["tokens"]
+
+
+def test_weight_major_off_leaves_the_target_alone(write_card, monkeypatch):
+    from specdec_cli.cards import load_card
+    from specdec_cli.pair import load_pair
+
+    monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "off")
+    assert load_pair(load_card(str(tiny_card(write_card)))).target.weight_major is None
+    monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "measure")
+    assert load_pair(load_card(str(tiny_card(write_card)))).target.weight_major is not None
+
+
+def test_an_unknown_weight_major_mode_is_one_error_line(run, write_card, monkeypatch):
+    monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "fast")
+    r = run("generate", "-c", tiny_card(write_card), "hello")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "Error: SPECDEC_WEIGHT_MAJOR: expected one of measure, off, all, got 'fast'"
