@@ -15,7 +15,9 @@
 #   checked against batch-1 greedy), then a soak: SOAK_PROMPTS=200 requests of SOAK_MAX_TOKENS=32
 #   through generate --batch
 #   PAIR_EXACT_TOKENS (unset: keep benchmarks/pair-exact.jsonl as it is; about 40 CPU-minutes at 48)
-#   verify-exactness of PAIR_CARD over the whole suite at k = 1,2,4,8, at most that many tokens
+#   verify-exactness of PAIR_CARD over the whole suite at k = 1,2,4,8, at most that many tokens,
+#   with SPECDEC_WEIGHT_MAJOR=all (every verify width weight-major: covers any choice a profile makes)
+#   README_REPEATS=5: the README's first example (default card) timed greedy vs speculative
 # e.g. on a quiet or GPU machine: LIMIT=3 REPEATS=5 SWEEP_REPEATS=3 bash benchmarks/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +41,7 @@ BATCH_LIMIT=${BATCH_LIMIT:-3}
 BATCH_KS=${BATCH_KS:-1,4,8}
 SOAK_PROMPTS=${SOAK_PROMPTS:-200}
 SOAK_MAX_TOKENS=${SOAK_MAX_TOKENS:-32}
+README_REPEATS=${README_REPEATS:-5}
 B=benchmarks
 if [ -n "$THREADS" ]; then export OMP_NUM_THREADS="$THREADS"; fi
 
@@ -76,7 +79,8 @@ check_before_load(load_card('$PAIR_CARD'))" 2>/dev/null; then  # its files are f
   "$SPECDEC" bench --card "$PAIR_CARD" --prompts-file "$B/code-prompts.jsonl" --max-tokens "$PAIR_MAX_TOKENS" \
       --repeats "$PAIR_REPEATS" --vs-transformers --json > "$B/pair.jsonl.tmp"
   if [ -n "$PAIR_EXACT_TOKENS" ]; then
-    "$SPECDEC" verify-exactness --card "$PAIR_CARD" -k 1,2,4,8 -n "$PAIR_EXACT_TOKENS" --json > "$B/pair-exact.jsonl.tmp"
+    SPECDEC_WEIGHT_MAJOR=all SPECDEC_NO_COST_CACHE=1 \
+      "$SPECDEC" verify-exactness --card "$PAIR_CARD" -k 1,2,4,8 -n "$PAIR_EXACT_TOKENS" --json > "$B/pair-exact.jsonl.tmp"
     mv "$B/pair-exact.jsonl.tmp" "$B/pair-exact.jsonl"
   fi
 fi
@@ -97,12 +101,15 @@ for i in range(int(sys.argv[1])):
   "$SPECDEC" generate --card "$CARD" --prompts-file "$B/soak-prompts.jsonl" --batch "$BATCH" \
       --max-tokens "$SOAK_MAX_TOKENS" --mode spec --json > "$B/soak.jsonl.tmp"
 fi
+# 6. the README's first example (the default card, its token budget), greedy and speculative back to back
+echo '{"id": "readme", "prompt": "Explain what a hash table is."}' > "$B/readme-prompt.jsonl"
+"$SPECDEC" bench --prompts-file "$B/readme-prompt.jsonl" --repeats "$README_REPEATS" --json > "$B/readme.jsonl.tmp"
 mv "$B/bench.jsonl.tmp" "$B/bench.jsonl"
 mv "$B/sweep.jsonl.tmp" "$B/sweep.jsonl"
 mv "$B/plan.jsonl.tmp" "$B/plan.jsonl"
-for f in distilled pair batch batch-exact soak; do if [ -f "$B/$f.jsonl.tmp" ]; then mv "$B/$f.jsonl.tmp" "$B/$f.jsonl"; else rm -f "$B/$f.jsonl"; fi; done
+for f in distilled pair batch batch-exact soak readme; do if [ -f "$B/$f.jsonl.tmp" ]; then mv "$B/$f.jsonl.tmp" "$B/$f.jsonl"; else rm -f "$B/$f.jsonl"; fi; done
 
-command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS ${PAIR_EXACT_TOKENS:+PAIR_EXACT_TOKENS=$PAIR_EXACT_TOKENS }SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS bash benchmarks/run.sh"
+command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS ${PAIR_EXACT_TOKENS:+PAIR_EXACT_TOKENS=$PAIR_EXACT_TOKENS }SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS README_REPEATS=$README_REPEATS bash benchmarks/run.sh"
 "$PYTHON" "$B/report.py" "$B" "$command" > "$B/RESULTS.md.tmp"
 mv "$B/RESULTS.md.tmp" "$B/RESULTS.md"
 echo "wrote $B/RESULTS.md" >&2

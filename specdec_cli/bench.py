@@ -29,6 +29,7 @@ from .decoding import Result
 from .costs import CostProfile, _sync
 from .drafts import Draft
 from .errors import SpecdecError
+from .kernels import WeightMajor
 from .metrics import expected_speedup, expected_tokens_per_round, predict
 from .models import HFLM
 from .pair import Pair, build_draft, innermost
@@ -343,6 +344,8 @@ def hf_generate(pair: Pair, ids: list[int], max_tokens: int, peer: Peer | None =
     kwargs = dict(attention_mask=torch.ones_like(x), max_new_tokens=max_tokens, do_sample=False, num_beams=1,
                   pad_token_id=pad if pad is not None else min(pair.eos, default=0))
     handle = model.register_forward_hook(count)
+    switch = pair.target.weight_major or WeightMajor()  # transformers as it comes: F.linear at every width
+    widths, switch.widths = switch.widths, frozenset()
     try:
         with _fixed_k(peer.assistant if peer else None, peer.k if peer else 0):
             _sync(pair.device)
@@ -352,6 +355,7 @@ def hf_generate(pair: Pair, ids: list[int], max_tokens: int, peer: Peer | None =
             wall = time.perf_counter() - start
     finally:
         handle.remove()
+        switch.widths = widths
     return out[0, len(ids):].tolist(), wall, calls[0]
 
 
