@@ -39,6 +39,7 @@ class Pair:
     references: dict = field(default_factory=dict)  # prompt ids -> greedy tokens (synthetic drafts)
     costs: cost_model.CostProfile | None = None  # measured (or read from the cache) on first use
     remeasure: bool = False  # ignore a cached cost profile once
+    target_name: str | None = None  # the file or hub id the target was loaded from (the cost profile's key)
 
     @property
     def dtype_name(self) -> str:
@@ -60,8 +61,7 @@ class Pair:
         paying = {d.name: d for d in map(innermost, drafts) if hasattr(d, "step_seconds")}
         have = self.costs
         if have is None or have.widths < widths or any(name not in have.draft_s for name in paying):
-            ref = model_ref(self.card, "target", self.card.target)
-            name = str(Path(ref.source) / ref.gguf_file) if ref.gguf_file else ref.source
+            name = self.target_name or source_name(model_ref(self.card, "target", self.card.target))
             self.costs = cost_model.profile(self.target, name, self.card.revision, paying, widths, self.remeasure)
             self.remeasure = False
         return self.costs
@@ -297,6 +297,10 @@ def weights_path(card: Card, spec: DraftSpec) -> Path:
     return path if path.is_absolute() else card.folder / path
 
 
+def source_name(ref: ModelRef) -> str:
+    return str(Path(ref.source) / ref.gguf_file) if ref.gguf_file else ref.source
+
+
 def load_pair(card: Card) -> Pair:
     target_ref = check_before_load(card)
     matmuls = kernels.mode()  # SPECDEC_WEIGHT_MAJOR, checked before the slow part
@@ -311,7 +315,8 @@ def load_pair(card: Card) -> Pair:
     if card.chat_template is True and not tokenizer.has_chat_template():
         raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")
     chat = tokenizer.has_chat_template() if card.chat_template == "auto" else card.chat_template
-    pair = Pair(card, target, tokenizer, None, eos_ids(target, tokenizer), chat, target.device, dtype)
+    pair = Pair(card, target, tokenizer, None, eos_ids(target, tokenizer), chat, target.device, dtype,
+                target_name=source_name(target_ref))
     pair.draft = build_draft(card.draft, pair)
     return pair
 
