@@ -103,7 +103,7 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.inference_mode()
-def forward_seconds(jobs: list[tuple[object, int]], context: list[int], repeats: int | None = None) -> list[float]:
+def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None = None) -> list[float]:
     """Seconds of one forward of each (model, width) job over `width` tokens after `context`,
     called the way the loop calls it (argmax + one host sync): the fastest of the timed tries,
     since noise on a busy machine only ever adds time. The jobs take turns, so drift hits them
@@ -112,7 +112,8 @@ def forward_seconds(jobs: list[tuple[object, int]], context: list[int], repeats:
 
     Tries: one to warm the shapes up, then `repeats` timed ones; with repeats None,
     PROBE_REPEATS, or 2 once a 1-token forward is seen to take over SLOW_STEP_S.
-    A job (model, width, weight_major) times that width with that matmul form (kernels.py)."""
+    A job is (model, width), or (model, width, weight_major) to time that width with that matmul
+    form (kernels.py)."""
     caches = {}
     for lm, *_ in jobs:
         if id(lm) not in caches:
