@@ -26,6 +26,7 @@ Why this design (issue 11 item 1):
 from __future__ import annotations
 
 import copy
+import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -214,7 +215,8 @@ class Lengths:
 @torch.inference_mode()
 def rectangle_seconds(target, rows: int, widths: int, context: list[int], repeats: int = 3) -> list[float]:
     """Seconds of one [rows, n] verify (n = 1..widths) after `context` in every row, through
-    HFRows as the loop runs it: the fastest of `repeats` tries after a warm-up."""
+    HFRows as the loop runs it: the median of `repeats` tries after a warm-up (as
+    costs.forward_seconds)."""
     from .costs import _sync
 
     cache = rows_for(target)
@@ -229,7 +231,7 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int], repeat
             cache.forward(ids).argmax(-1).tolist()
             out.append(time.perf_counter() - start)
             cache.keep([0] * rows)
-    return [min(t[1:]) for t in times]
+    return [statistics.median(t[1:]) for t in times]
 
 
 def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:

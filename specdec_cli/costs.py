@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -26,10 +27,11 @@ import torch
 from . import kernels
 from .files import cache_dir, write_text_atomic
 
-VERSION = 2  # bump when the file's meaning changes: old files are then re-measured (2: weight_major)
-PROBE_REPEATS = 3  # timed forwards per width (the fastest is kept: noise only ever adds time)
+VERSION = 3  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians)
+PROBE_REPEATS = 5  # timed forwards per width; the median is kept (see forward_seconds)
 MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
-SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 2 tries per width
+SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 3 tries per width
+SLOW_REPEATS = 3
 
 
 @dataclass
@@ -105,13 +107,15 @@ def _sync(device: torch.device) -> None:
 @torch.inference_mode()
 def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None = None) -> list[float]:
     """Seconds of one forward of each (model, width) job over `width` tokens after `context`,
-    called the way the loop calls it (argmax + one host sync): the fastest of the timed tries,
-    since noise on a busy machine only ever adds time. The jobs take turns, so drift hits them
-    alike. Each model is prefilled once (its jobs share the cache, rolled back after every try):
+    called the way the loop calls it (argmax + one host sync): the median of the timed tries.
+    Not the fastest: on a shared VM single forwards move by ±30 %, and the min of three let one
+    lucky try set a width's cost (a 1.5B target's v(2) read 0.69 in one profile and 1.02 in the
+    next, and the schedule drafted 1 token where 4 paid); the loop's rounds pay the typical cost,
+    noise included. The jobs take turns, so drift hits them alike. Each model is prefilled once (its jobs share the cache, rolled back after every try):
     a prefill of a long context is the most expensive part of measuring a large target.
 
     Tries: one to warm the shapes up, then `repeats` timed ones; with repeats None,
-    PROBE_REPEATS, or 2 once a 1-token forward is seen to take over SLOW_STEP_S.
+    PROBE_REPEATS, or SLOW_REPEATS once a 1-token forward is seen to take over SLOW_STEP_S.
     A job is (model, width), or (model, width, weight_major) to time that width with that matmul
     form (kernels.py)."""
     caches = {}
@@ -133,15 +137,16 @@ def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None =
             out.append(time.perf_counter() - start)
             caches[id(lm)].crop(-width)
         tries += 1
-        if repeats is None and tries >= 3 and min(times[0][1:]) / jobs[0][1] > SLOW_STEP_S:
-            break  # a slow model: 2 timed tries are enough (seconds, not minutes)
-    return [min(t[1:]) for t in times]
+        if repeats is None and tries > SLOW_REPEATS and min(times[0][1:]) / jobs[0][1] > SLOW_STEP_S:
+            break  # a slow model: fewer timed tries (seconds, not minutes)
+    return [statistics.median(t[1:]) for t in times]
 
 
 def probe_contexts(max_positions: int | None, widths: int) -> list[int]:
-    """A short and a long context (the long one as long as a typical request gets)."""
+    """A short and a long context that bracket a typical request (a chat-templated prompt is
+    rarely under 64 tokens; the long one as long as a typical request gets)."""
     long = 512 if max_positions is None else max(16, min(512, max_positions - widths - 1))
-    return [min(32, long // 2), long]
+    return [min(64, long // 2), long]
 
 
 def measure_target(target, widths: int) -> tuple[list[int], list[list[float]], list[int]]:
