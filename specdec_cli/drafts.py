@@ -158,7 +158,14 @@ class PromptLookupDraft:
         return self.match(tokens, k)[0]
 
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
-        proposal = torch.tensor(self.lookup(tokens, k)[:k], dtype=torch.long)
+        return self._on_device(self.lookup(tokens, k)[:k])
+
+    def filler(self, tokens: list[int]) -> torch.Tensor:
+        """One token to verify when nothing matched (schedule.Scheduled.fills): the last one."""
+        return self._on_device(tokens[-1:])
+
+    def _on_device(self, ids: list[int]) -> torch.Tensor:
+        proposal = torch.tensor(ids, dtype=torch.long)
         return (proposal.pin_memory() if self.pin else proposal).to(self.device, non_blocking=True)
 
     def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:

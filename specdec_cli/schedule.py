@@ -264,9 +264,22 @@ class Scheduled:
         return d
 
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
-        proposal = self.draft.propose(tokens, self._length(tokens, k))
+        d = self._length(tokens, k)
+        proposal = self.draft.propose(tokens, d)
+        if d and not proposal.shape[0] and self.fills:
+            proposal = self.draft.filler(tokens)
         self.drafted = proposal.shape[0]
         return proposal
+
+    @property
+    def fills(self) -> bool:
+        """A free draft under the cost schedule that found nothing to propose (prompt lookup, no
+        n-gram match) still proposes one token when the schedule asked for d >= 1: with α = 0
+        (key 0's prior) the schedule asks only where the measured profile says a 2-token verify
+        costs less than a 1-token step, v(2) < v(1) (on the CPUs we measured, 0.55-0.7 with
+        weight-major matmuls, kernels.py). The filler is rarely right; the verify is cheaper.
+        Exactness is untouched: it is verified like any proposal."""
+        return self.free and isinstance(self.schedule, Cost) and hasattr(self.draft, "filler")
 
     def propose_sampled(self, tokens: list[int], k: int, warp, generator):
         d = self._length(tokens, k)

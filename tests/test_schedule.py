@@ -143,13 +143,16 @@ def test_heuristic_run_of_misses_after_streak_on_the_loop():
 # ---------------------------------------------------------------------------- exactness under every schedule
 def schedules(kind: str):
     flat = costs.fixed([1.0, 1.3, 2.1, 1.2, 1.1, 1.4, 1.6, 1.7, 1.9], 0.1, "model")
+    cheap = costs.fixed([1.0, 0.6, 0.8, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9], 0.0, "model")  # v(2) < v(1): lookup fills
     return {"fixed": Fixed(), "heuristic": Heuristic(),
-            "cost": Cost(lambda widths: flat, "model", lambda key: 0.6)}[kind]
+            "cost": Cost(lambda widths: flat, "model", lambda key: 0.6),
+            "cost-cheap-2": Cost(lambda widths: cheap, "model", lookup_prior)}[kind]
 
 
 @settings(max_examples=60, deadline=None)
 @given(vocab=st.integers(3, 40), k=st.integers(1, 8), noise=st.floats(0, 1), n=st.integers(1, 60),
-       prompt=st.lists(st.integers(0, 2), min_size=1, max_size=12), kind=st.sampled_from(["fixed", "heuristic", "cost"]),
+       prompt=st.lists(st.integers(0, 2), min_size=1, max_size=12),
+       kind=st.sampled_from(["fixed", "heuristic", "cost", "cost-cheap-2"]),
        draft_kind=st.sampled_from(["model", "lookup"]), eos=st.booleans())
 def test_every_schedule_keeps_spec_equal_to_greedy(vocab, k, noise, n, prompt, kind, draft_kind, eos):
     target = ToyLM(vocab, seed=vocab)
@@ -211,6 +214,28 @@ def test_a_skipped_free_draft_still_learns_from_a_peek():
     draft = Scheduled(PromptLookupDraft("cpu", 3, 1), schedule)
     speculative_decode(target, draft, [4] + prompt, 4, 30, NO_EOS)
     assert any(table.reached and table.reached[0] > 0 for table in schedule.table.values())
+
+
+def test_a_lookup_that_matches_nothing_fills_only_where_two_tokens_verify_cheaper():
+    """No n-gram matched (key 0): under the cost schedule the lookup still proposes one token
+    (the last) when the profile says a 2-token verify costs less than a 1-token step, and
+    proposes nothing when it does not. Either way the output is the target's greedy one."""
+    target = ToyLM(40, seed=3)
+    prompt, n = [5, 9, 17], 60
+    want = reference(target, prompt, n)
+
+    def rounds(curve):
+        schedule = Cost(lambda w: costs.fixed(curve, 0.0, "x"), "x", lookup_prior)
+        result = speculative_decode(target, Scheduled(PromptLookupDraft("cpu", 3, 1), schedule), prompt, 4, n, NO_EOS)
+        assert result.tokens == want
+        return result.rounds, schedule.table
+
+    cheap, table = rounds([1.0, 0.6, 0.9, 1.0, 1.2])
+    assert all(r.drafted >= 1 for r in cheap[:-1])  # every round verifies at least 2 tokens (the last has no room)
+    assert table[0].reached and table[0].reached[0] > 0  # key 0 (the fillers) learned from
+    dear, table = rounds([1.0, 1.2, 1.4, 1.5, 1.6])
+    assert any(r.drafted == 0 for r in dear)  # no match and no filler: a plain step
+    assert 0 not in table or not any(table[0].reached)
 
 
 # ---------------------------------------------------------------------------- the cost profile cache
