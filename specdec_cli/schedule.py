@@ -145,7 +145,9 @@ class Cost:
     useless draft costs O(log n) probes); one that paid makes the next skipped round probe
     again, so a good draft behind a pessimistic estimate is back within a round or two (the
     Qwen pair used to wait 16 rounds after a fully accepted probe). A round drafted on the
-    evidence resets the patience. Free drafts (prompt lookup) need no probes: `Scheduled`
+    evidence resets the patience. A request's first round is a probe too when the prior would
+    draft less: the Qwen pair's 0.6 prior used to open every request with d = 1, 1, 1, 3, 3, 3
+    before reaching k = 4. Free drafts (prompt lookup) need no probes: `Scheduled`
     peeks at their first token instead."""
 
     name = "cost"
@@ -159,6 +161,7 @@ class Cost:
         self.table = {}  # per request: acceptance depends on the prompt
         self.probes = Probes()
         self.probe_price = None  # a probe round's cost in target steps, until its outcome is seen
+        self.opened = False  # the request's first round has been decided
 
     def acceptance(self, key: int) -> Acceptance:
         if key not in self.table:
@@ -172,11 +175,14 @@ class Cost:
         profile = self._profile(k + 1)  # v(1..k+1), measured once per machine (cached)
         c, v = profile.c(self.draft_label), (lambda n: profile.v(n, context))
         d = best_length(self.acceptance(key).alphas(k), k, c, v)[0]
-        if not self.explore or not self.probes.due(d):
+        opening, self.opened = not self.opened, True
+        if not self.explore or not (self.probes.due(d) or opening):
             return d
-        d = best_length([1.0] * k, k, c, v)[0]  # a probe: 0 only if even a perfect draft cannot pay
-        self.probe_price = d * c + v(d + 1) if d else None
-        return d
+        probe = best_length([1.0] * k, k, c, v)[0]  # a probe: 0 only if even a perfect draft cannot pay
+        if probe <= d:
+            return d
+        self.probe_price = probe * c + v(probe + 1)
+        return probe
 
     def observe(self, key: int, drafted: int, accepted: int) -> None:
         if drafted:

@@ -204,6 +204,29 @@ def test_a_pessimistic_prior_on_a_model_draft_is_corrected_by_probes():
     assert all(run(0.0, explore=True, prior=0.0)[:8])
 
 
+def test_a_model_draft_opens_each_request_with_a_probe_at_full_length():
+    """The prior (0.6) alone drafts 1 token on the Qwen pair's measured curve; the first round
+    of every request proposes what would pay were the draft right (k = 4), so a right draft
+    is drafting 3-4 from the second round on instead of creeping up from 1."""
+    target = ToyLM(40, seed=7)
+    profile = costs.fixed([1.0, 0.97, 1.14, 1.16, 1.33], 0.128, "model")
+    schedule = Cost(lambda w: profile, "model", lambda key: 0.6, explore=True)
+    schedule.begin()
+    assert best_length(schedule.acceptance(0).alphas(4), 4, 0.128, lambda n: profile.v(n))[0] == 1
+
+    def drafted(noise):
+        draft = Scheduled(ModelDraft(NoisyToyLM(target, noise), 40, name="model"), schedule)
+        result = speculative_decode(target, draft, [1, 2, 3], 4, 40, NO_EOS)
+        assert result.tokens == reference(target, [1, 2, 3], 40)
+        return [r.drafted for r in result.rounds]
+
+    for _ in range(2):  # every request opens with the probe
+        good = drafted(0.0)
+        assert good[0] == 4 and min(good[1:-1]) >= 3
+    bad = drafted(1.0)
+    assert bad[0] == 4 and bad[1] <= 1  # a wrong opening: back to what the evidence says at once
+
+
 def test_a_skipped_free_draft_still_learns_from_a_peek():
     """Prompt lookup costs nothing: a round the schedule skips still tells it whether the
     lookup's first token would have been right, so a pessimistic start recovers."""
