@@ -34,6 +34,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from . import kernels
 from .decoding import GREEDY, NoDraft, Result, _elapsed, prefill, stop
 from .errors import SpecdecError
 from .metrics import Round, Stats
@@ -213,25 +214,43 @@ class Lengths:
 
 
 @torch.inference_mode()
-def rectangle_seconds(target, rows: int, widths: int, context: list[int], repeats: int = 3) -> list[float]:
+def rectangle_seconds(target, rows: int, widths: int, context: list[int], repeats: int = 3) -> tuple[list[float], list[int]]:
     """Seconds of one [rows, n] verify (n = 1..widths) after `context` in every row, through
     HFRows as the loop runs it: the median of `repeats` tries after a warm-up (as
-    costs.forward_seconds)."""
+    costs.forward_seconds). With the target's weight-major switch (kernels.py), each
+    speculative rectangle (n >= 2) of rows·n > widths matmul rows (narrower ones are the
+    batch-1 profile's widths, already decided) is timed in both forms and the faster kept (all
+    of them under SPECDEC_WEIGHT_MAJOR=all); n = 1, the batched greedy step, stays F.linear. Returns (seconds per n, the n that take W @ xᵀ)."""
     from .costs import _sync
 
+    switch = getattr(target, "weight_major", None)
+    base = switch.widths if switch is not None else frozenset()
+    choose = {n: switch is not None and n >= 2 and rows * n > widths for n in range(1, widths + 1)}
+    forms = {n: (False, True) if chosen and kernels.mode() != "all" else (chosen,) for n, chosen in choose.items()}
     cache = rows_for(target)
     for _ in range(rows):
         cache.add(context)
-    times: list[list[float]] = [[] for _ in range(widths)]
-    for _ in range(repeats + 1):
-        for n, out in enumerate(times, 1):
-            ids = torch.tensor([context[-n:]] * rows, device=target.device)
-            _sync(target.device)
-            start = time.perf_counter()
-            cache.forward(ids).argmax(-1).tolist()
-            out.append(time.perf_counter() - start)
-            cache.keep([0] * rows)
-    return [statistics.median(t[1:]) for t in times]
+    times = {(n, form): [] for n in forms for form in forms[n]}
+    try:
+        for _ in range(repeats + 1):
+            for n, form in times:
+                if switch is not None:
+                    switch.widths = base | ({rows * n} if form else set())
+                ids = torch.tensor([context[-n:]] * rows, device=target.device)
+                _sync(target.device)
+                start = time.perf_counter()
+                cache.forward(ids).argmax(-1).tolist()
+                times[n, form].append(time.perf_counter() - start)
+                cache.keep([0] * rows)
+    finally:
+        if switch is not None:
+            switch.widths = base
+    seconds, major = [], []
+    for n in forms:
+        best = min(forms[n], key=lambda form: statistics.median(times[n, form][1:]) * (0.97 if form else 1.0))
+        seconds.append(statistics.median(times[n, best][1:]))
+        major += [n] if best else []
+    return seconds, major
 
 
 def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:
@@ -247,6 +266,9 @@ def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:
     profile = pair.cost_profile((draft,), k + 1)
     context = probe_ids(pair.target, profile.contexts[0])
     with_batch(profile, batch, lambda widths: rectangle_seconds(pair.target, batch, widths, context))
+    switch = pair.target.weight_major
+    if switch is not None:  # the rectangles measured faster weight-major take it (a full batch's)
+        switch.widths = switch.widths | {batch * n for n in profile.batch_weight_major.get(str(batch), [])}
     return Lengths(profile, batch, draft.schedule.draft_label, draft.schedule.explore)
 
 

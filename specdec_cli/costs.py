@@ -27,7 +27,7 @@ import torch
 from . import kernels
 from .files import cache_dir, write_text_atomic
 
-VERSION = 3  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians)
+VERSION = 4  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major)
 PROBE_REPEATS = 5  # timed forwards per width; the median is kept (see forward_seconds)
 MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
 SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 3 tries per width
@@ -44,6 +44,7 @@ class CostProfile:
     draft_s: dict[str, float] = field(default_factory=dict)  # draft label -> seconds per proposed token
     batch_s: dict[str, list[float]] = field(default_factory=dict)  # rows -> [n-1]: a [rows, n] verify (short context)
     weight_major: list[int] = field(default_factory=list)  # widths whose matmuls run W @ xᵀ (kernels.py)
+    batch_weight_major: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs W @ xᵀ
     measured_s: float = 0.0  # how long measuring took
     cached: bool = False  # read from the cache (not measured in this run)
 
@@ -95,6 +96,7 @@ class CostProfile:
                 **({"batch_verify_cost": {rows: [round(x / s[0], 3) for x in s] for rows, s in self.batch_s.items()},
                     "batch_step": {rows: round(s[0] / self.step_s, 3) for rows, s in self.batch_s.items()}}
                    if self.batch_s else {}),
+                **({"batch_weight_major": self.batch_weight_major} if self.batch_weight_major else {}),
                 "weight_major": self.weight_major, "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
 
 
@@ -213,14 +215,19 @@ def read(key: dict) -> CostProfile | None:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         profile = CostProfile(**{k: raw[k] for k in ("key", "contexts", "verify_s", "draft_s", "measured_s")},
-                              batch_s=raw.get("batch_s", {}), weight_major=raw.get("weight_major", []))
+                              batch_s=raw.get("batch_s", {}), weight_major=raw.get("weight_major", []),
+                              batch_weight_major=raw.get("batch_weight_major", {}))
         ok = (profile.key == key and len(profile.contexts) == len(profile.verify_s) >= 1
               and isinstance(profile.draft_s, dict) and isinstance(profile.batch_s, dict)
               and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.verify_s)
               and all(isinstance(v, (int, float)) and v >= 0 for v in profile.draft_s.values())
               and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.batch_s.values())
               and isinstance(profile.weight_major, list)
-              and all(type(n) is int and 2 <= n <= profile.widths for n in profile.weight_major))
+              and all(type(n) is int and 2 <= n <= profile.widths for n in profile.weight_major)
+              and isinstance(profile.batch_weight_major, dict)
+              and all(rows in profile.batch_s and isinstance(ns, list)
+                      and all(type(n) is int and 2 <= n <= profile.widths for n in ns)
+                      for rows, ns in profile.batch_weight_major.items()))
         if not ok:
             raise ValueError("fields do not fit")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -268,12 +275,13 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     return found
 
 
-def with_batch(found: CostProfile, rows: int, measure: Callable[[int], list[float]]) -> CostProfile:
-    """`found` with the cost of a [rows, n] verify (n = 1..widths): measure(widths) -> seconds,
-    once per batch size, cached with the rest of the profile."""
+def with_batch(found: CostProfile, rows: int, measure: Callable[[int], tuple[list[float], list[int]]]) -> CostProfile:
+    """`found` with the cost of a [rows, n] verify (n = 1..widths) and the n whose matmuls
+    take W @ xᵀ: measure(widths) -> (seconds, those n), once per batch size, cached with the
+    rest of the profile."""
     if str(rows) not in found.batch_s:
         start = time.perf_counter()
-        found.batch_s[str(rows)] = measure(found.widths)
+        found.batch_s[str(rows)], found.batch_weight_major[str(rows)] = measure(found.widths)
         found.measured_s += time.perf_counter() - start
         save(found)
     return found

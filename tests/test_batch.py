@@ -12,12 +12,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec_cli import costs
+from specdec_cli import costs, kernels
 from specdec_cli.batch import HFRows, Lengths, decode_batch, in_order, rectangle_seconds
 from specdec_cli.decoding import NoDraft, greedy_decode
 from specdec_cli.drafts import ModelDraft, PromptLookupDraft
 from specdec_cli.errors import SpecdecError
-from specdec_cli.models import load, parse_ref
+from specdec_cli.models import HFLM, load, parse_ref
 from specdec_cli.sampling import Sampler, Sampling, speculative_sample
 from specdec_cli.schedule import Cost, Scheduled, lookup_prior
 from specdec_cli.toy import ToyLM
@@ -148,8 +148,31 @@ def test_a_request_entering_the_batch_gets_its_opening_probe():
 
 def test_rectangle_seconds_times_every_width_on_a_real_batch(twins):
     target, _ = twins
-    seconds = rectangle_seconds(target, 3, 4, list(range(3, 20)), repeats=1)
-    assert len(seconds) == 4 and all(s > 0 for s in seconds)
+    seconds, major = rectangle_seconds(target, 3, 4, list(range(3, 20)), repeats=1)
+    assert len(seconds) == 4 and all(s > 0 for s in seconds) and major == []  # no switch installed
+
+
+def test_rectangle_seconds_chooses_weight_major_only_for_speculative_rectangles(twins, monkeypatch):
+    """Each [rows, n >= 2] rectangle wider than the batch-1 widths is timed in both forms
+    (the switch holds rows·n while the weight-major form is timed, and is restored after);
+    under SPECDEC_WEIGHT_MAJOR=all every such n is chosen untimed."""
+    target, _ = twins
+    lm = HFLM(target.model)
+    lm.weight_major = kernels.install(lm.model)
+    lm.weight_major.widths = frozenset({2})
+    seen = []
+    real = lm.model.forward
+
+    def spy(*args, **kwargs):
+        seen.append(lm.weight_major.widths)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lm.model, "forward", spy)
+    seconds, major = rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)
+    assert len(seconds) == 4 and set(major) <= {2, 3, 4} and lm.weight_major.widths == {2}
+    assert {2, 6} in seen and {2, 9} in seen and {2, 12} in seen and {2, 3} not in seen  # n = 1 (3 rows): never
+    monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "all")
+    assert rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)[1] == [2, 3, 4]
 
 
 def test_in_order_waits_for_earlier_items():
@@ -199,6 +222,21 @@ def test_tiny_llama_rows_equal_batch_1_greedy_with_rejections(twins, batch, monk
             rounds = [r for res in got.values() for r in res.rounds]
             assert any(r.accepted < r.drafted for r in rounds) and any(r.accepted > 0 for r in rounds)
     assert repacks  # holes passed half the width at least once
+
+
+def test_tiny_llama_rows_equal_batch_1_greedy_with_every_rectangle_weight_major(twins):
+    """Every batched forward of 2..64 matmul rows computed W @ xᵀ (what the batch profile
+    may choose per rectangle), the batch-1 greedy reference F.linear: rows still equal it."""
+    target, noisy = twins
+    lm = HFLM(target.model)
+    expected = [greedy_decode(lm, p, 40, frozenset()).tokens for p in PROMPTS]
+    lm.weight_major = kernels.install(lm.model)
+    try:
+        lm.weight_major.widths = frozenset(range(2, 65))
+        got = dict(decode_batch(lm, ModelDraft(noisy, target.vocab_size), PROMPTS, 4, 40, frozenset(), 3))
+    finally:
+        lm.weight_major.widths = frozenset()
+    assert [got[i].tokens for i in range(len(PROMPTS))] == expected
 
 
 def test_sliding_window_target_is_refused():
