@@ -122,6 +122,7 @@ class Row:
     draft_cost_simulated: bool
     predicted_tokens: float = 0.0  # the cost model's expected tokens for the rounds actually run
     predicted_steps: float = 0.0  # and their cost in 1-token target steps (metrics.predict)
+    prefill_steps: float = 0.0  # the prompt's prefill in target steps: greedy and speculative both pay it
 
     @property
     def accept_rate(self) -> float | None:
@@ -163,8 +164,11 @@ class Row:
     @property
     def predicted_speedup(self) -> float | None:
         """The cost model's speedup for those rounds: expected tokens / their cost in target
-        steps (greedy costs one step a token). Measured beside it, it tests the cost model."""
-        return self.predicted_tokens / self.predicted_steps if self.predicted_steps > 0 else None
+        steps (greedy costs one step a token), the prompt's prefill added to both sides (both
+        runs pay it; it is most of an 8-token answer's time). Measured beside it, it tests the
+        cost model."""
+        steps = self.predicted_steps + self.prefill_steps
+        return (self.predicted_tokens + self.prefill_steps) / steps if self.predicted_steps > 0 else None
 
     @property
     def theory_tokens_per_round(self) -> float | None:
@@ -224,7 +228,7 @@ class PeerRow:
 
 _SUMMED = ("prompts", "tokens", "baseline_tokens", "verify_rounds", "target_forwards", "draft_forwards", "drafted", "accepted",
            "rejected_rounds", "greedy_wall_s", "wall_s", "hf_tokens", "hf_wall_s", "hf_target_forwards",
-           "predicted_tokens", "predicted_steps")
+           "predicted_tokens", "predicted_steps", "prefill_steps")
 
 
 def summarize(rows: list) -> list:
@@ -427,7 +431,7 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
                       sum(x.accepted < x.drafted for x in rounds), greedy_s,
                       statistics.median(x.stats.wall_s for x in results), len(reference),
                       None if sampled else all(x.tokens == reference for x in results),
-                      c.verify_cost, c.draft_cost, c.simulated, expected, steps)
+                      c.verify_cost, c.draft_cost, c.simulated, expected, steps, profile.prefill(len(ids) - 1))
         if peer:
             for mode, mine, theirs in (("greedy", greedy, hf_greedy), ("assisted", ours, hf_assisted)):
                 yield PeerRow("prompt", prompt.id, prompt.category, mode, peer.label if mode == "assisted" else "",

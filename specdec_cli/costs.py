@@ -45,6 +45,7 @@ class CostProfile:
     batch_s: dict[str, list[float]] = field(default_factory=dict)  # rows -> [n-1]: a [rows, n] verify (short context)
     weight_major: list[int] = field(default_factory=list)  # widths whose matmuls run W @ xᵀ (kernels.py)
     batch_weight_major: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs W @ xᵀ
+    prefill_s: list[float] = field(default_factory=list)  # [context]: prefilling its first context-1 tokens
     measured_s: float = 0.0  # how long measuring took
     cached: bool = False  # read from the cache (not measured in this run)
 
@@ -67,6 +68,18 @@ class CostProfile:
         (c0, c1), (r0, r1) = self.contexts[:2], ratios[:2]
         t = min(max((context - c0) / (c1 - c0), 0.0), 1.0)
         return r0 + t * (r1 - r0)
+
+    def prefill(self, tokens: int) -> float:
+        """A prefill of `tokens` prompt tokens in 1-token steps at that context (linear in the
+        tokens through the two measured prefills; 0 without them): greedy and speculative runs
+        both pay it, so a predicted speedup that leaves it out overshoots on short outputs."""
+        if tokens <= 0 or len(self.prefill_s) != len(self.contexts) or len(self.contexts) < 2:
+            return 0.0
+        (n0, n1), (p0, p1) = [c - 1 for c in self.contexts[:2]], self.prefill_s[:2]
+        seconds = max(p0 + (tokens - n0) * (p1 - p0) / (n1 - n0), 0.0)
+        t = min(max((tokens - n0) / (n1 - n0), 0.0), 1.0)
+        step = self.verify_s[0][0] + t * (self.verify_s[1][0] - self.verify_s[0][0])
+        return seconds / step
 
     def c(self, draft: str) -> float:
         """A proposed token's cost in target steps (0 for drafts that make no model call)."""
@@ -97,6 +110,7 @@ class CostProfile:
                     "batch_step": {rows: round(s[0] / self.step_s, 3) for rows, s in self.batch_s.items()}}
                    if self.batch_s else {}),
                 **({"batch_weight_major": self.batch_weight_major} if self.batch_weight_major else {}),
+                "prefill_ms": [round(x * 1e3, 1) for x in self.prefill_s],
                 "weight_major": self.weight_major, "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
 
 
@@ -107,7 +121,8 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.inference_mode()
-def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None = None) -> list[float]:
+def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None = None,
+                    prefills: list[float] | None = None) -> list[float]:
     """Seconds of one forward of each (model, width) job over `width` tokens after `context`,
     called the way the loop calls it (argmax + one host sync): the median of the timed tries.
     Not the fastest: on a shared VM single forwards move by ±30 %, and the min of three let one
@@ -119,13 +134,18 @@ def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None =
     Tries: one to warm the shapes up, then `repeats` timed ones; with repeats None,
     PROBE_REPEATS, or SLOW_REPEATS once a 1-token forward is seen to take over SLOW_STEP_S.
     A job is (model, width), or (model, width, weight_major) to time that width with that matmul
-    form (kernels.py)."""
+    form (kernels.py). `prefills`, when given, gets each model's prefill seconds (one try)."""
     caches = {}
     for lm, *_ in jobs:
         if id(lm) not in caches:
             caches[id(lm)] = lm.new_cache()
             if len(context) > 1:
+                _sync(lm.device)
+                start = time.perf_counter()
                 lm.forward(torch.tensor([context[:-1]], device=lm.device), caches[id(lm)], keep=1)
+                _sync(lm.device)
+                if prefills is not None:
+                    prefills.append(time.perf_counter() - start)
     times: list[list[float]] = [[] for _ in jobs]
     tries = 0
     while tries <= (repeats or PROBE_REPEATS):  # try 0 warms the shapes up
@@ -151,15 +171,17 @@ def probe_contexts(max_positions: int | None, widths: int) -> list[int]:
     return [min(64, long // 2), long]
 
 
-def measure_target(target, widths: int) -> tuple[list[int], list[list[float]], list[int]]:
+def measure_target(target, widths: int) -> tuple[list[int], list[list[float]], list[int], list[float]]:
     """Verify cost n = 1..widths after a short and a long context (one prefill per context,
-    then every width timed in turn), with the matmul form chosen first for each width."""
+    timed too, then every width timed in turn), with the matmul form chosen first for each
+    width. Returns (contexts, verify seconds, weight-major widths, prefill seconds)."""
     contexts = probe_contexts(target.max_positions, widths)
     weight_major = choose_weight_major(target, widths, probe_ids(target, contexts[0]))
-    verify = []
+    verify, prefills = [], []
     for length in contexts:
-        verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], probe_ids(target, length)))
-    return contexts, verify, weight_major
+        verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], probe_ids(target, length),
+                                      prefills=prefills))
+    return contexts, verify, weight_major, prefills
 
 
 def choose_weight_major(target, widths: int, context: list[int]) -> list[int]:
@@ -216,7 +238,8 @@ def read(key: dict) -> CostProfile | None:
         raw = json.loads(path.read_text(encoding="utf-8"))
         profile = CostProfile(**{k: raw[k] for k in ("key", "contexts", "verify_s", "draft_s", "measured_s")},
                               batch_s=raw.get("batch_s", {}), weight_major=raw.get("weight_major", []),
-                              batch_weight_major=raw.get("batch_weight_major", {}))
+                              batch_weight_major=raw.get("batch_weight_major", {}),
+                              prefill_s=raw.get("prefill_s", []))
         ok = (profile.key == key and len(profile.contexts) == len(profile.verify_s) >= 1
               and isinstance(profile.draft_s, dict) and isinstance(profile.batch_s, dict)
               and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.verify_s)
@@ -224,6 +247,9 @@ def read(key: dict) -> CostProfile | None:
               and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.batch_s.values())
               and isinstance(profile.weight_major, list)
               and all(type(n) is int and 2 <= n <= profile.widths for n in profile.weight_major)
+              and isinstance(profile.prefill_s, list)
+              and len(profile.prefill_s) in (0, len(profile.contexts))
+              and all(isinstance(x, (int, float)) and x > 0 for x in profile.prefill_s)
               and isinstance(profile.batch_weight_major, dict)
               and all(rows in profile.batch_s and isinstance(ns, list)
                       and all(type(n) is int and 2 <= n <= profile.widths for n in ns)
@@ -259,8 +285,8 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     found = None if remeasure else read(key)
     start = time.perf_counter()
     if found is None or found.widths < widths:
-        contexts, verify, weight_major = measure_target(target, widths)
-        found = CostProfile(key, contexts, verify, {}, weight_major=weight_major)
+        contexts, verify, weight_major, prefills = measure_target(target, widths)
+        found = CostProfile(key, contexts, verify, {}, weight_major=weight_major, prefill_s=prefills)
     elif getattr(target, "weight_major", None) is not None:
         target.weight_major.widths = frozenset(found.weight_major)  # the form the curve was measured with
     missing = {label: d for label, d in drafts.items() if label not in found.draft_s}

@@ -7,9 +7,9 @@ forward pass. So the rounds (proposal lengths, accepted counts) are exactly the 
 makes — the loop is deterministic under greedy — and cost nothing but the draft's own work.
 The cost profile (costs.py) then prices those rounds:
 
-    predicted speedup = Σ_rounds E[d] / Σ_rounds (d·c + v(d+1))      (greedy: 1 step per token)
+    predicted speedup = (P + Σ_rounds E[d]) / (P + Σ_rounds (d·c + v(d+1)))   (greedy: 1 step per token)
 
-with E[d] from the teacher-forced per-position acceptance (metrics.predict). A plain greedy
+with P the prompts' prefills (costs.CostProfile.prefill), which both runs pay, E[d] from the teacher-forced per-position acceptance (metrics.predict). A plain greedy
 row (speedup 1) is always a candidate, so "speculate" is recommended only when it pays.
 """
 
@@ -88,6 +88,7 @@ class PlanRow:
     drafted: int = 0
     accepted: int = 0
     predicted_steps: float = 0.0  # the rounds' cost in 1-token target steps
+    prefill_steps: float = 0.0  # the prompts' prefills, paid alike by greedy and speculative runs
     draft_cost: float = 0.0
     accepted_at: list[int] = field(default_factory=list)
     reached_at: list[int] = field(default_factory=list)
@@ -117,8 +118,10 @@ class PlanRow:
 
     @property
     def predicted_speedup(self) -> float | None:
-        """The replayed rounds are the real ones, so only their price is predicted."""
-        return self.tokens / self.predicted_steps if self.predicted_steps > 0 else None
+        """The replayed rounds are the real ones, so only their price is predicted (greedy: a step
+        a token); both sides pay the prompts' prefills."""
+        steps = self.predicted_steps + self.prefill_steps
+        return (self.tokens + self.prefill_steps) / steps if self.predicted_steps > 0 else None
 
     def as_dict(self) -> dict:
         return {"draft": self.draft, "k": self.k, "schedule": self.schedule, "prompts": self.prompts,
@@ -152,6 +155,8 @@ def plan(pair: Pair, prompts: list[Prompt], specs: list[DraftSpec], ks: list[int
         replay = ReplayTarget(pair.target, ids + reference)
         rows[0].add(Stats(tokens=len(reference), verify_rounds=len(reference)))
         rows[0].predicted_steps += sum(profile.v(1, len(ids) + j) for j in range(len(reference)))
+        prefill = profile.prefill(len(ids) - 1)
+        rows[0].prefill_steps += prefill
         tick(f"{prompt.id}: replaying {len(configs)} configurations ({i}/{len(prompts)})")
         for row, (spec, k, draft) in zip(rows[1:], configs):
             result = decode(replay, draft, ids, k, max_tokens, pair.eos)
@@ -159,5 +164,6 @@ def plan(pair: Pair, prompts: list[Prompt], specs: list[DraftSpec], ks: list[int
                 raise AssertionError(f"replay of {draft.name} diverged on {prompt.id}")
             row.add(result.stats)
             row.predicted_steps += predict(result.rounds, [], row.draft_cost, profile.v, len(ids))[1]
+            row.prefill_steps += prefill
     max(rows, key=lambda r: (r.predicted_speedup or 0, r is rows[0])).recommended = True
     return rows, profile

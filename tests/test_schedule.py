@@ -16,7 +16,7 @@ from specdec_cli.cards import load_card
 from specdec_cli.decoding import decode, greedy_decode, speculative_decode
 from specdec_cli.drafts import ModelDraft, OracleDraft, PromptLookupDraft
 from specdec_cli.pair import load_pair
-from specdec_cli.plan import ReplayTarget
+from specdec_cli.plan import PlanRow, ReplayTarget
 from specdec_cli.schedule import (Acceptance, AdaptiveK, Cost, Fixed, Heuristic, Scheduled, batch_length,
                                   best_length, expected_tokens, lookup_prior)
 from specdec_cli.toy import ToyLM
@@ -419,6 +419,38 @@ def test_v_interpolates_between_the_measured_contexts():
     assert profile.v(2, 10) == 2.0 and profile.v(2, 10_000) == 1.5 and profile.v(1, 5) == 1.0
 
 
+def test_prefill_is_linear_in_prompt_tokens_and_priced_in_steps_at_its_context():
+    """Prefills of 99 and 299 tokens took 0.5 s and 1.5 s; the 1-token step there costs 0.1 s
+    and 0.2 s: a 199-token prompt costs 1.0 s = 1.0 / 0.15 steps, a 9-token one 0.05 s."""
+    profile = costs.CostProfile({}, [100, 300], [[0.1, 0.2], [0.2, 0.3]], prefill_s=[0.5, 1.5])
+    assert profile.prefill(199) == pytest.approx(1.0 / 0.15) and profile.prefill(9) == pytest.approx(0.05 / 0.1)
+    assert profile.prefill(0) == 0.0 and costs.CostProfile({}, [100, 300], [[0.1], [0.2]]).prefill(50) == 0.0
+
+
+def test_the_profile_times_each_contexts_prefill_and_rejects_a_malformed_one(monkeypatch, capsys):
+    monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
+    probe = Probe()
+    found = costs.profile(probe, "toy-p", None, {})
+    assert len(found.prefill_s) == len(found.contexts) and all(x > 0 for x in found.prefill_s)
+    assert found.prefill(found.contexts[1] - 1) == pytest.approx(found.prefill_s[1] / found.verify_s[1][0])
+    (path,) = costs.cache_dir("costs").glob("*.json")
+    for bad in ([1.0], [0.0, 1.0], "slow"):
+        raw = json.loads(path.read_text())
+        path.write_text(json.dumps({**raw, "prefill_s": bad}))
+        capsys.readouterr()
+        assert not costs.profile(probe, "toy-p", None, {}).cached
+        assert "unreadable" in capsys.readouterr().err
+
+
+def test_predicted_speedup_counts_the_prefill_on_both_sides():
+    """8 tokens in 2 rounds costing 2 steps: 4x for the decode alone, but with a prefill of 8
+    steps that both runs pay, (8 + 8) / (2 + 8) = 1.6x."""
+    row = PlanRow("x", 4, "cost", tokens=8, verify_rounds=2, predicted_steps=2.0)
+    assert row.predicted_speedup == pytest.approx(4.0)
+    row.prefill_steps = 8.0
+    assert row.predicted_speedup == pytest.approx(1.6)
+
+
 # ---------------------------------------------------------------------------- plan's replay
 def test_replay_reproduces_the_real_rounds_exactly():
     target = ToyLM(50, seed=4)
@@ -470,7 +502,7 @@ def test_plan_tokens_per_round_equals_a_real_run(run):
 
 def test_plan_recommends_greedy_when_nothing_pays(run, write_card, monkeypatch):
     # the toy's own forwards take microseconds (noise): price them like a CPU target
-    monkeypatch.setattr(costs, "measure_target", lambda target, widths: ([32], [CPU[:widths]], []))
+    monkeypatch.setattr(costs, "measure_target", lambda target, widths: ([32], [CPU[:widths]], [], []))
     card = write_card({"description": "useless draft", "target": "toy", "draft": {"kind": "toy", "agree": 0.0},
                        "decoding": {"k": 4, "max_tokens": 24}, "device": "cpu"})
     r = run("plan", "-c", card, "-k", "2,4", "--json")
