@@ -218,14 +218,13 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int], repeat
     """Seconds of one [rows, n] verify (n = 1..widths) after `context` in every row, through
     HFRows as the loop runs it: the median of `repeats` tries after a warm-up (as
     costs.forward_seconds). With the target's weight-major switch (kernels.py), each
-    speculative rectangle (n >= 2) of rows·n > widths matmul rows (narrower ones are the
-    batch-1 profile's widths, already decided) is timed in both forms and the faster kept (all
-    of them under SPECDEC_WEIGHT_MAJOR=all); n = 1, the batched greedy step, stays F.linear. Returns (seconds per n, the n that take W @ xᵀ)."""
+    speculative rectangle (n >= 2) is timed in both forms and the faster kept (all of them
+    under SPECDEC_WEIGHT_MAJOR=all); n = 1, the batched greedy step, stays F.linear. Returns (seconds per n, the n that take W @ xᵀ)."""
     from .costs import _sync
 
     switch = getattr(target, "weight_major", None)
-    base = switch.widths if switch is not None else frozenset()
-    choose = {n: switch is not None and n >= 2 and rows * n > widths for n in range(1, widths + 1)}
+    base = switch.rectangles if switch is not None else frozenset()
+    choose = {n: switch is not None and n >= 2 for n in range(1, widths + 1)}
     forms = {n: (False, True) if chosen and kernels.mode() != "all" else (chosen,) for n, chosen in choose.items()}
     cache = rows_for(target)
     for _ in range(rows):
@@ -235,7 +234,7 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int], repeat
         for _ in range(repeats + 1):
             for n, form in times:
                 if switch is not None:
-                    switch.widths = base | ({rows * n} if form else set())
+                    switch.rectangles = base | ({(rows, n)} if form else set())
                 ids = torch.tensor([context[-n:]] * rows, device=target.device)
                 _sync(target.device)
                 start = time.perf_counter()
@@ -244,7 +243,7 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int], repeat
                 cache.keep([0] * rows)
     finally:
         if switch is not None:
-            switch.widths = base
+            switch.rectangles = base
     seconds, major = [], []
     for n in forms:
         best = min(forms[n], key=lambda form: statistics.median(times[n, form][1:]) * (0.97 if form else 1.0))
@@ -268,7 +267,7 @@ def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:
     with_batch(profile, batch, lambda widths: rectangle_seconds(pair.target, batch, widths, context))
     switch = pair.target.weight_major
     if switch is not None:  # the rectangles measured faster weight-major take it (a full batch's)
-        switch.widths = switch.widths | {batch * n for n in profile.batch_weight_major.get(str(batch), [])}
+        switch.rectangles = switch.rectangles | {(batch, n) for n in profile.batch_weight_major.get(str(batch), [])}
     return Lengths(profile, batch, draft.schedule.draft_label, draft.schedule.explore)
 
 

@@ -349,7 +349,7 @@ def hf_generate(pair: Pair, ids: list[int], max_tokens: int, peer: Peer | None =
                   pad_token_id=pad if pad is not None else min(pair.eos, default=0))
     handle = model.register_forward_hook(count)
     switch = pair.target.weight_major or WeightMajor()  # transformers as it comes: F.linear at every width
-    widths, switch.widths = switch.widths, frozenset()
+    widths, switch.widths, rectangles, switch.rectangles = switch.widths, frozenset(), switch.rectangles, frozenset()
     try:
         with _fixed_k(peer.assistant if peer else None, peer.k if peer else 0):
             _sync(pair.device)
@@ -359,7 +359,7 @@ def hf_generate(pair: Pair, ids: list[int], max_tokens: int, peer: Peer | None =
             wall = time.perf_counter() - start
     finally:
         handle.remove()
-        switch.widths = widths
+        switch.widths, switch.rectangles = widths, rectangles
     return out[0, len(ids):].tolist(), wall, calls[0]
 
 

@@ -7,12 +7,14 @@ product taken weight-major, (W @ xᵀ)ᵀ, streams the weights once and costs 0.
 layers. Whole model, 5 new tokens after 200 (in 1-token steps): SmolLM2-135M 1.25 -> 1.09,
 Qwen2.5-Coder-1.5B 2.04 -> 1.89; at 2..4 tokens 1.6-2.7 -> 0.8-1.6. Which form is faster
 depends on the machine, the shapes and the row count, so nothing here is assumed: the cost
-profile (costs.choose_weight_major) times both for every width and keeps the faster, and
-`WeightMajor.widths` holds the widths (tokens in one forward) that take W @ xᵀ.
+profile (costs.choose_weight_major) times both for every width and keeps the faster:
+`WeightMajor.widths` holds the widths n of a one-row verify [1, n] that take W @ xᵀ, and
+`WeightMajor.rectangles` the (rows, n) of a batched verify [rows, n] (batch.rectangle_seconds).
 
 A 1-token forward (the greedy step, the one every exactness check compares with, including
-transformers' own generate) and any forward wider than the profile (a prefill) always take
-torch's own F.linear, untouched. The rows W @ xᵀ returns differ from the GEMV's in the last bits,
+transformers' own generate) and every prefill (HFLM.forward pauses the switch when it keeps
+only the last logits, so a 5-token prompt's prefill is torch's too) always take torch's own
+F.linear, untouched. The rows W @ xᵀ returns differ from the GEMV's in the last bits,
 as the GEMM's rows already did (max 1e-5 on Qwen's down projection, either way): the fp32
 rounding class the verify-exactness runs cover.
 
@@ -43,10 +45,22 @@ def mode() -> str:
 
 
 class WeightMajor:
-    """The widths (tokens in one forward) for which a model's linear layers compute W @ xᵀ."""
+    """Which forwards' linear layers compute W @ xᵀ, by the forward's exact shape: `widths`,
+    the n of a one-row forward [1, n]; `rectangles`, the (rows, n) of a batched one [rows, n].
+    While `paused` (a prefill) none do."""
 
     def __init__(self) -> None:
         self.widths: frozenset[int] = frozenset()
+        self.rectangles: frozenset[tuple[int, int]] = frozenset()
+        self.paused = False
+
+    def takes(self, x: torch.Tensor) -> bool:
+        """x: [..., in]; [rows, n, in] is one forward of rows x n tokens ([n, in]: one row)."""
+        if self.paused:
+            return False
+        rows = x.shape[0] if x.dim() >= 3 else 1
+        n = x.numel() // x.shape[-1] // rows
+        return n in self.widths if rows == 1 else (rows, n) in self.rectangles
 
 
 def install(model: torch.nn.Module) -> WeightMajor:
@@ -60,9 +74,9 @@ def install(model: torch.nn.Module) -> WeightMajor:
 
 
 def _linear(layer: torch.nn.Linear, switch: WeightMajor, x: torch.Tensor) -> torch.Tensor:
-    rows = x.numel() // x.shape[-1]  # x: [..., in]; rows = tokens in this forward (batch included)
-    if rows not in switch.widths:
+    if not switch.takes(x):
         return F.linear(x, layer.weight, layer.bias)
+    rows = x.numel() // x.shape[-1]  # x: [..., in]; rows of the matmul = tokens in this forward (batch included)
     flat = x.reshape(rows, x.shape[-1]).t()  # [in, rows], a view
     if layer.bias is None:
         y = torch.mm(layer.weight, flat)  # [out, rows]

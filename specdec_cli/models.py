@@ -225,6 +225,16 @@ class HFLM:
         return cache
 
     def forward(self, ids: torch.Tensor, cache, keep: int = 0) -> torch.Tensor:
+        switch = self.weight_major
+        if switch is None or not keep:
+            return self._forward(ids, cache, keep)
+        switch.paused = True  # a prefill (only the last logits kept): torch's own matmuls, as in generate
+        try:
+            return self._forward(ids, cache, keep)
+        finally:
+            switch.paused = False
+
+    def _forward(self, ids: torch.Tensor, cache, keep: int) -> torch.Tensor:
         if not self.keep_hidden:
             return self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
         start, self.hidden = cache.get_seq_length(), None  # None unless the hook fires

@@ -154,7 +154,7 @@ def test_rectangle_seconds_times_every_width_on_a_real_batch(twins):
 
 def test_rectangle_seconds_chooses_weight_major_only_for_speculative_rectangles(twins, monkeypatch):
     """Each [rows, n >= 2] rectangle wider than the batch-1 widths is timed in both forms
-    (the switch holds rows·n while the weight-major form is timed, and is restored after);
+    (the switch holds (rows, n) while the weight-major form is timed, and is restored after);
     under SPECDEC_WEIGHT_MAJOR=all every such n is chosen untimed."""
     target, _ = twins
     lm = HFLM(target.model)
@@ -164,13 +164,14 @@ def test_rectangle_seconds_chooses_weight_major_only_for_speculative_rectangles(
     real = lm.model.forward
 
     def spy(*args, **kwargs):
-        seen.append(lm.weight_major.widths)
+        seen.append(lm.weight_major.rectangles)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(lm.model, "forward", spy)
     seconds, major = rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)
-    assert len(seconds) == 4 and set(major) <= {2, 3, 4} and lm.weight_major.widths == {2}
-    assert {2, 6} in seen and {2, 9} in seen and {2, 12} in seen and {2, 3} not in seen  # n = 1 (3 rows): never
+    assert len(seconds) == 4 and set(major) <= {2, 3, 4}
+    assert lm.weight_major.widths == {2} and lm.weight_major.rectangles == frozenset()  # restored
+    assert {(3, 2)} in seen and {(3, 3)} in seen and {(3, 4)} in seen and {(3, 1)} not in seen  # n = 1: never
     monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "all")
     assert rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)[1] == [2, 3, 4]
 
@@ -225,17 +226,18 @@ def test_tiny_llama_rows_equal_batch_1_greedy_with_rejections(twins, batch, monk
 
 
 def test_tiny_llama_rows_equal_batch_1_greedy_with_every_rectangle_weight_major(twins):
-    """Every batched forward of 2..64 matmul rows computed W @ xᵀ (what the batch profile
-    may choose per rectangle), the batch-1 greedy reference F.linear: rows still equal it."""
+    """Every batched forward computed W @ xᵀ (what the batch profile may choose per
+    rectangle, and more: the batched 1-token steps too), the batch-1 greedy reference F.linear
+    (prefills included): rows still equal it."""
     target, noisy = twins
     lm = HFLM(target.model)
     expected = [greedy_decode(lm, p, 40, frozenset()).tokens for p in PROMPTS]
     lm.weight_major = kernels.install(lm.model)
     try:
-        lm.weight_major.widths = frozenset(range(2, 65))
+        lm.weight_major.rectangles = frozenset((rows, n) for rows in range(2, 4) for n in range(1, 6))
         got = dict(decode_batch(lm, ModelDraft(noisy, target.vocab_size), PROMPTS, 4, 40, frozenset(), 3))
     finally:
-        lm.weight_major.widths = frozenset()
+        lm.weight_major.rectangles = frozenset()
     assert [got[i].tokens for i in range(len(PROMPTS))] == expected
 
 

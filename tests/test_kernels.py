@@ -28,11 +28,18 @@ def test_weight_major_equals_f_linear_up_to_rounding_and_only_where_switched_on(
     switch = kernels.install(torch.nn.Sequential(layer))
     x = torch.randn(*shape)
     rows = x.numel() // 48
+    batched = len(shape) == 3 and shape[0] > 1  # [2, 4, 48]: a batch's rectangle, keyed (2, 4), not 8
     reference = F.linear(x, layer.weight, layer.bias)
     assert torch.equal(layer(x), reference)  # switched off: F.linear itself, bit for bit
-    switch.widths = frozenset({rows + 1})
+    switch.widths = frozenset({rows + 1, rows if batched else 0})
     assert torch.equal(layer(x), reference)  # another width switched on: still F.linear
-    switch.widths = frozenset({rows})
+    if batched:
+        switch.rectangles = frozenset({(shape[0], shape[1])})
+    else:
+        switch.widths = frozenset({rows})
+    switch.paused = True
+    assert torch.equal(layer(x), reference)  # paused (a prefill): F.linear
+    switch.paused = False
     out = layer(x)
     assert out.shape == reference.shape and out.is_contiguous()
     assert torch.allclose(out, reference, atol=1e-5, rtol=1e-5)
@@ -121,6 +128,24 @@ def test_spec_equals_greedy_with_every_width_weight_major(k, one_thread):
     for draft in (ModelDraft(noisy, target.vocab_size), PromptLookupDraft(torch.device("cpu"))):
         got = [speculative_decode(target, draft, p, k, 48, NO_EOS).tokens for p in prompts]
         assert got == expected, draft
+
+
+def test_a_prefill_never_takes_weight_major_whatever_its_width(one_thread):
+    """A 5-token prompt's prefill feeds 4 tokens, a width the profile may switch on for
+    verifies: HFLM.forward pauses the switch when it keeps only the last logits, so the cache
+    greedy starts from is the one transformers' generate builds."""
+    target, _ = noisy_twins(TINY_LLAMA, 1)
+    target.weight_major = switch = kernels.install(target.model)
+    switch.widths = frozenset({4})
+    seen = []
+    takes = switch.takes
+    switch.takes = lambda x: (seen.append((tuple(x.shape[:-1]), takes(x))), seen[-1][1])[1]
+    cache = target.new_cache()
+    target.forward(torch.tensor([[3, 4, 5, 6]]), cache, keep=1)  # the prefill
+    assert ((1, 4), False) in seen and not any(took for _, took in seen)  # (the LM head sees the last row only)
+    seen.clear()
+    target.forward(torch.tensor([[7, 8, 9, 10]]), cache)  # a 4-token verify
+    assert seen and all(took for _, took in seen) and not switch.paused
 
 
 def tiny_card(write_card):
