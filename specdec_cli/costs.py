@@ -47,6 +47,7 @@ class CostProfile:
     batch_weight_major: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs W @ xᵀ
     prefill_s: list[float] = field(default_factory=list)  # [context]: prefilling its first context-1 tokens
     measured_s: float = 0.0  # how long measuring took
+    timed: bool = True  # measured on this machine (False: made up, so the loop's own times do not refine it)
     cached: bool = False  # read from the cache (not measured in this run)
 
     @property
@@ -77,9 +78,16 @@ class CostProfile:
             return 0.0
         (n0, n1), (p0, p1) = [c - 1 for c in self.contexts[:2]], self.prefill_s[:2]
         seconds = max(p0 + (tokens - n0) * (p1 - p0) / (n1 - n0), 0.0)
-        t = min(max((tokens - n0) / (n1 - n0), 0.0), 1.0)
-        step = self.verify_s[0][0] + t * (self.verify_s[1][0] - self.verify_s[0][0])
-        return seconds / step
+        return seconds / self.step(tokens + 1)
+
+    def step(self, context: int) -> float:
+        """One 1-token target step after `context` tokens (seconds; linear between the measured
+        contexts, clamped outside them)."""
+        if len(self.contexts) < 2:
+            return self.step_s
+        (c0, c1), (s0, s1) = self.contexts[:2], (row[0] for row in self.verify_s[:2])
+        t = min(max((context - c0) / (c1 - c0), 0.0), 1.0)
+        return s0 + t * (s1 - s0)
 
     def c(self, draft: str) -> float:
         """A proposed token's cost in target steps (0 for drafts that make no model call)."""
@@ -267,7 +275,7 @@ def write(profile: CostProfile) -> None:
     """Best effort: a cache that cannot be written (read-only, full) is skipped, once, quietly
     but for one warning line."""
     path = _path(profile.key)
-    data = {k: v for k, v in asdict(profile).items() if k != "cached"}
+    data = {k: v for k, v in asdict(profile).items() if k not in ("cached", "timed")}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(data, indent=1), "cost profile")
@@ -320,4 +328,4 @@ def save(found: CostProfile) -> None:
 
 def fixed(curve: list[float], draft_cost: float = 0.0, label: str = "draft") -> CostProfile:
     """A made-up profile (v(n) = curve[n-1] steps, c = draft_cost) for tests and toys."""
-    return CostProfile({"model": "fixed"}, [1], [list(curve)], {label: draft_cost * curve[0]})
+    return CostProfile({"model": "fixed"}, [1], [list(curve)], {label: draft_cost * curve[0]}, timed=False)

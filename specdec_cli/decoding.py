@@ -107,21 +107,25 @@ def decode(target, draft, prompt: list[int], k: int, max_tokens: int, eos: froze
       target's distribution after every prefix;
       the draft has been told every round's outcome (update), so its state matches `tokens`.
     The round's only host sync is one `.tolist()` (accepted count + tokens); tokens fed back
-    to the target and the draft stay on the device.
+    to the target and the draft stay on the device. A draft that learns what verifies cost
+    (the cost schedule) is told each round's verify time, width and context.
     """
     start, draft_forwards = time.perf_counter(), draft.forwards
     cache, forwards = start_cache(target, prompt, prefix)
     stats = Stats(target_forwards=forwards)
     draft.begin(prompt)
     last = torch.tensor([prompt[-1]], device=target.device)  # [1]: once per request
+    timed = None if getattr(target, "replayed", False) else getattr(draft, "observe_verify", None)
     tokens, out, rounds, done = list(prompt), [], [], False
     while not done:
         room = max_tokens - len(out)
         proposal, q = verifier.propose(draft, tokens, min(k, room - 1))  # [d]: never draft past the end
-        d = proposal.shape[0]
+        d, clock = proposal.shape[0], time.perf_counter()
         logits = target.forward(torch.cat([last, proposal])[None], cache)  # [d+1, V]
         n, emitted = verifier.verify(logits, proposal, q)  # on the device
         n, *chosen = torch.cat([n.view(1), emitted]).tolist()  # the round's one host sync
+        if timed:
+            timed(d + 1, time.perf_counter() - clock, len(tokens))
         cache.crop(n - d)  # drop rejected positions: cache now holds tokens + proposal[:n]
         new, done = stop(chosen[: n + 1], len(out), max_tokens, eos)  # accepted + correction/bonus
         fresh = emitted[: len(new)]  # `new`, still on the device

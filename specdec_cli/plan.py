@@ -51,6 +51,8 @@ class ReplayTarget:
     A target that hands its hidden states to a feature draft (`keep_hidden`) gets them from
     one real teacher-forced forward over the whole sequence, sliced per replayed forward."""
 
+    replayed = True  # its forwards cost nothing: the loop reports no verify times to the schedule
+
     def __init__(self, real, sequence: list[int]):
         self.real, self.sequence = real, sequence
         self.device, self.vocab_size = real.device, real.vocab_size

@@ -12,6 +12,8 @@ how many target steps the same output costs. `Scheduled` wraps any draft with on
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from typing import Callable
 
 import torch
@@ -151,11 +153,35 @@ class Cost:
     peeks at their first token instead."""
 
     name = "cost"
+    SEEN = 9  # verify times kept per width (the median of the last SEEN is what the loop pays)
+    TRUST = 3  # times seen before the loop's median may overrule the profile...
+    OFF_BY = 0.25  # ...and only where it is this far off (so a profile that is right decides alone)
+    MIN_STEP_S = 0.01  # targets faster than this per step (toys) are not timed: timer noise would decide
 
     def __init__(self, profile: Callable[[int], object], draft_label: str, prior: Callable[[int], float],
                  explore: bool = False):
         self._profile, self.draft_label, self.prior, self.explore = profile, draft_label, prior, explore
         self.table: dict[int, Acceptance] = {}
+        self.seen: dict[int, deque] = {}  # width -> its last verify times relative to the profile's step (kept across requests)
+
+    def observe_verify(self, width: int, seconds: float, context: int) -> None:
+        """What a verify of `width` tokens took in the loop, relative to the profile's 1-token
+        step at that context (so contexts mix). The profile is measured once and can be wrong
+        where a width's time is bimodal: the Qwen target's 2-token forward takes 270 or 480 ms
+        from one call to the next, one profile read v(2) = 0.66, the loop paid 1.05, and the
+        schedule drafted 1 token a round for a whole request where 4 paid."""
+        profile = self._profile(width)
+        if profile.timed and profile.step_s >= self.MIN_STEP_S:
+            self.seen.setdefault(width, deque(maxlen=self.SEEN)).append(seconds / profile.step(context))
+
+    def v(self, profile, n: int, context: int) -> float:
+        """v(n) in 1-token steps: the profile's, unless the loop has paid a width TRUST times or
+        more and its median is OFF_BY or more away from the profile's (then the loop's)."""
+        model, seen = profile.v(n, context), self.seen.get(n)
+        if not seen or len(seen) < self.TRUST:
+            return model
+        loop = statistics.median(seen)
+        return loop if abs(loop - model) > self.OFF_BY * model else model
 
     def begin(self) -> None:
         self.table = {}  # per request: acceptance depends on the prompt
@@ -173,7 +199,7 @@ class Cost:
         if k == 0:
             return 0
         profile = self._profile(k + 1)  # v(1..k+1), measured once per machine (cached)
-        c, v = profile.c(self.draft_label), (lambda n: profile.v(n, context))
+        c, v = profile.c(self.draft_label), (lambda n: self.v(profile, n, context))
         d = best_length(self.acceptance(key).alphas(k), k, c, v)[0]
         opening, self.opened = not self.opened, True
         if not self.explore or not (self.probes.due(d) or opening):
@@ -303,6 +329,10 @@ class Scheduled:
         elif peek:  # ...unless we peeked: would its first token have been the target's?
             self.schedule.observe(key, 1, int(peek[0] == tokens[base]))
         self.draft.update(tokens, accepted, new)
+
+    def observe_verify(self, width: int, seconds: float, context: int) -> None:
+        if hasattr(self.schedule, "observe_verify"):
+            self.schedule.observe_verify(width, seconds, context)
 
     def step_seconds(self, context: list[int]) -> float:
         return self.draft.step_seconds(context) if hasattr(self.draft, "step_seconds") else 0.0

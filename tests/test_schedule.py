@@ -227,6 +227,39 @@ def test_a_model_draft_opens_each_request_with_a_probe_at_full_length():
     assert bad[0] == 4 and bad[1] <= 1  # a wrong opening: back to what the evidence says at once
 
 
+def test_the_loops_verify_times_overrule_a_profile_that_is_far_off():
+    """A profile whose 2-token verify read 0.66 steps (a lucky measurement) makes a 0.6 draft
+    propose 1 token; three loop rounds that paid 1.05 steps for it overrule that (a median
+    within 25 % of the profile would not), and the schedule drafts more."""
+    profile = costs.CostProfile({}, [64], [[0.10, 0.066, 0.115, 0.125, 0.143]], {"m": 0.0128})
+    schedule = Cost(lambda w: profile, "m", lambda key: 0.6)
+    schedule.begin()
+    schedule.opened = True  # past the opening probe
+    assert schedule.length(0, 4, 100) == 1
+    for seconds in (0.080, 0.075, 0.078):  # within 25 % of 0.066: the profile stands
+        schedule.observe_verify(2, seconds, 100)
+    assert schedule.v(profile, 2, 100) == pytest.approx(0.66) and schedule.length(0, 4, 100) == 1
+    for seconds in (0.105, 0.104, 0.106, 0.105):
+        schedule.observe_verify(2, seconds, 100)
+    assert schedule.v(profile, 2, 100) == pytest.approx(1.04) and schedule.length(0, 4, 100) == 2
+    made_up = costs.fixed([1.0, 0.66, 1.15], 0.128, "m")  # a fixed curve (tests, toys) is never overruled
+    toy = Cost(lambda w: made_up, "m", lambda key: 0.6)
+    toy.observe_verify(2, 5.0, 100)
+    assert not toy.seen
+
+
+def test_the_loop_reports_verify_times_but_not_to_a_replay():
+    target = ToyLM(30, seed=2)
+    reported = []
+    draft = OracleDraft(target.greedy_next, 30, 1.0, 0, "cpu", "oracle")
+    draft.observe_verify = lambda width, seconds, context: reported.append((width, context))
+    result = speculative_decode(target, draft, [1, 2], 3, 12, NO_EOS)
+    assert reported == [(r.drafted + 1, 2 + sum(x.emitted for x in result.rounds[:i])) for i, r in enumerate(result.rounds)]
+    reported.clear()
+    speculative_decode(ReplayTarget(target, [1, 2] + result.tokens), draft, [1, 2], 3, 12, NO_EOS)
+    assert reported == []
+
+
 def test_a_skipped_free_draft_still_learns_from_a_peek():
     """Prompt lookup costs nothing: a round the schedule skips still tells it whether the
     lookup's first token would have been right, so a pessimistic start recovers."""
