@@ -5,7 +5,7 @@ every number in RESULTS.md comes from the run, and regenerating it is one comman
 
     python benchmarks/report.py DIR COMMAND [NOTE] > RESULTS.md
 
-DIR holds bench.jsonl and sweep.jsonl, and optionally plan.jsonl, distilled.jsonl, pair.jsonl,
+DIR holds bench.jsonl and sweep.jsonl, and optionally plan.jsonl, distilled.jsonl, pair.jsonl, pair-suite.jsonl,
 pair-exact.jsonl, batch.jsonl, batch-exact.jsonl, soak.jsonl. NOTE, when given, follows the
 opening sentence (say there how the files were made if not all by one run of COMMAND).
 """
@@ -89,6 +89,7 @@ def main(directory: str, command: str, note: str = "") -> str:
     d = Path(directory)
     bench, sweep, plan = load(str(d / "bench.jsonl")), load(str(d / "sweep.jsonl")), optional(d, "plan.jsonl")
     distilled, pair = optional(d, "distilled.jsonl"), optional(d, "pair.jsonl")
+    pair_suite = optional(d, "pair-suite.jsonl")
     batch, soak = optional(d, "batch.jsonl"), optional(d, "soak.jsonl")
     batch_exact, pair_exact = optional(d, "batch-exact.jsonl"), optional(d, "pair-exact.jsonl")
     readme = optional(d, "readme.jsonl")
@@ -195,12 +196,13 @@ def main(directory: str, command: str, note: str = "") -> str:
             "",
             "![tokens/round and speedup against agreement, measured beside the cost model](agreement-sweep.png)",
         ]
-    out += distilled_section(distilled) + pair_section(pair) + pair_exact_section(pair_exact)
+    out += distilled_section(distilled) + pair_section(pair) + pair_suite_section(pair_suite)
+    out += pair_exact_section(pair_exact)
     out += batch_section(batch, soak) + batch_exact_section(batch_exact)
     out += readme_section(readme)
     out += ["", "## Closing note", ""] + closing(spec, peers, sweep_all, pairs, distilled, pair) + batch_closing(batch, soak)
     out += readme_closing(readme)
-    out += pair_exact_closing(pair_exact) + batch_exact_closing(batch_exact)
+    out += pair_suite_closing(pair_suite) + pair_exact_closing(pair_exact) + batch_exact_closing(batch_exact)
     out += [""]
     return "\n".join(out)
 
@@ -283,6 +285,25 @@ def pair_section(rows: list[dict]) -> list[str]:
         lines += ["", "Against transformers' assisted generation (`assistant_model` = the same draft weights, fixed k):",
                   "", peer_table(peers)]
     return lines
+
+
+def pair_suite_section(rows: list[dict]) -> list[str]:
+    spec = [r for r in rows if r["row"] == "bench" and r["scope"] in ("category", "all")]
+    if not spec:
+        return []
+    first = spec[0]
+    return ["", "### The pair over the whole suite", "",
+            f"The same card on the first `PAIR_SUITE_LIMIT` prompts of every category of the built-in suite "
+            f"(`benchmarks/pair-suite.jsonl`), at most {first['max_tokens']} new tokens, median of {first['repeats']}.",
+            "", category_table(spec)]
+
+
+def pair_suite_closing(rows: list[dict]) -> list[str]:
+    overall = next((r for r in rows if r["row"] == "bench" and r["scope"] == "all"), None)
+    if not overall:
+        return []
+    return [f"- `{overall['card']}` over the whole suite ({overall['prompts']} prompts): "
+            f"{f(overall['speedup'], '.2f', 'x')} (target ≥ 1.3x), identical: {'yes' if overall['identical'] else 'NO'}."]
 
 
 def batch_overall(rows: list[dict]) -> dict[int, dict]:

@@ -9,7 +9,8 @@
 #   with other jobs, where two threads stall each other at every parallel region)
 #   DISTILLED_CARD=smollm2-distilled (empty: skip) on the free-text categories, LIMIT each
 #   PAIR_CARD=qwen2.5-coder-1.5b (empty: skip; skipped too when its files are not fetched) on the
-#   suite's code prompts, PAIR_MAX_TOKENS=96, PAIR_REPEATS=1, with --vs-transformers
+#   suite's code prompts, PAIR_MAX_TOKENS=96, PAIR_REPEATS=1, with --vs-transformers; then the
+#   whole suite, PAIR_SUITE_LIMIT=1 prompts per category (empty: skip)
 #   BATCH=8 (empty: skip) the card at --batch 1 and --batch BATCH over BATCH_LIMIT=3 prompts per
 #   category, then every prompt of the suite at --batch BATCH for each k in BATCH_KS=1,4,8 (rows
 #   checked against batch-1 greedy), then a soak: SOAK_PROMPTS=200 requests of SOAK_MAX_TOKENS=32
@@ -35,6 +36,7 @@ DISTILLED_CARD=${DISTILLED_CARD-smollm2-distilled}
 PAIR_CARD=${PAIR_CARD-qwen2.5-coder-1.5b}
 PAIR_MAX_TOKENS=${PAIR_MAX_TOKENS:-96}
 PAIR_REPEATS=${PAIR_REPEATS:-1}
+PAIR_SUITE_LIMIT=${PAIR_SUITE_LIMIT-1}
 PAIR_EXACT_TOKENS=${PAIR_EXACT_TOKENS:-}
 BATCH=${BATCH-8}
 BATCH_LIMIT=${BATCH_LIMIT:-3}
@@ -67,7 +69,7 @@ for p in SUITE:
     if p.category in cats and (n is None or seen.get(p.category, 0) < n):
         seen[p.category] = seen.get(p.category, 0) + 1; print(json.dumps({'id': p.id, 'prompt': p.text, 'category': p.category}))" "$1" "$2"
 }
-rm -f "$B/distilled.jsonl.tmp" "$B/pair.jsonl.tmp"
+rm -f "$B/distilled.jsonl.tmp" "$B/pair.jsonl.tmp" "$B/pair-suite.jsonl.tmp"
 if [ -n "$DISTILLED_CARD" ]; then
   suite "$LIMIT" conversation,qa,translation,code > "$B/free-text-prompts.jsonl"
   "$SPECDEC" bench --card "$DISTILLED_CARD" --prompts-file "$B/free-text-prompts.jsonl" --max-tokens "$MAX_TOKENS" \
@@ -78,6 +80,10 @@ check_before_load(load_card('$PAIR_CARD'))" 2>/dev/null; then  # its files are f
   suite "" code > "$B/code-prompts.jsonl"
   "$SPECDEC" bench --card "$PAIR_CARD" --prompts-file "$B/code-prompts.jsonl" --max-tokens "$PAIR_MAX_TOKENS" \
       --repeats "$PAIR_REPEATS" --vs-transformers --json > "$B/pair.jsonl.tmp"
+  if [ -n "$PAIR_SUITE_LIMIT" ]; then
+    "$SPECDEC" bench --card "$PAIR_CARD" --limit "$PAIR_SUITE_LIMIT" --max-tokens "$PAIR_MAX_TOKENS" \
+        --repeats "$PAIR_REPEATS" --json > "$B/pair-suite.jsonl.tmp"
+  fi
   if [ -n "$PAIR_EXACT_TOKENS" ]; then
     SPECDEC_WEIGHT_MAJOR=all SPECDEC_NO_COST_CACHE=1 \
       "$SPECDEC" verify-exactness --card "$PAIR_CARD" -k 1,2,4,8 -n "$PAIR_EXACT_TOKENS" --json > "$B/pair-exact.jsonl.tmp"
@@ -107,9 +113,9 @@ echo '{"id": "readme", "prompt": "Explain what a hash table is."}' > "$B/readme-
 mv "$B/bench.jsonl.tmp" "$B/bench.jsonl"
 mv "$B/sweep.jsonl.tmp" "$B/sweep.jsonl"
 mv "$B/plan.jsonl.tmp" "$B/plan.jsonl"
-for f in distilled pair batch batch-exact soak readme; do if [ -f "$B/$f.jsonl.tmp" ]; then mv "$B/$f.jsonl.tmp" "$B/$f.jsonl"; else rm -f "$B/$f.jsonl"; fi; done
+for f in distilled pair pair-suite batch batch-exact soak readme; do if [ -f "$B/$f.jsonl.tmp" ]; then mv "$B/$f.jsonl.tmp" "$B/$f.jsonl"; else rm -f "$B/$f.jsonl"; fi; done
 
-command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS ${PAIR_EXACT_TOKENS:+PAIR_EXACT_TOKENS=$PAIR_EXACT_TOKENS }SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS README_REPEATS=$README_REPEATS bash benchmarks/run.sh"
+command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS PAIR_SUITE_LIMIT=$PAIR_SUITE_LIMIT CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS ${PAIR_EXACT_TOKENS:+PAIR_EXACT_TOKENS=$PAIR_EXACT_TOKENS }SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS README_REPEATS=$README_REPEATS bash benchmarks/run.sh"
 "$PYTHON" "$B/report.py" "$B" "$command" > "$B/RESULTS.md.tmp"
 mv "$B/RESULTS.md.tmp" "$B/RESULTS.md"
 echo "wrote $B/RESULTS.md" >&2
