@@ -48,20 +48,24 @@ B=benchmarks
 if [ -n "$THREADS" ]; then export OMP_NUM_THREADS="$THREADS"; fi
 
 common=(--card "$CARD" --limit "$LIMIT" --max-tokens "$MAX_TOKENS")
+# 0. plan's predictions for the configurations 1 and 2 measure (the card's draft and each synthetic
+#    a, every k, every schedule), made first and before any timed run. Its --remeasure measures
+#    this machine's cost profile afresh at the widest verify any section needs (the sweep's largest
+#    k + 1); every later section reads that one profile from the cache, so plan's predictions,
+#    bench's and the schedule's choices all price rounds alike (a section that needed a wider
+#    profile would measure a second one, and two measurements minutes apart differ by tens of %)
+AGREES=$("$PYTHON" -c "from specdec_cli.cli import AGREE_SWEEP; print(' '.join(f'-d synthetic:agree={a}' for a in AGREE_SWEEP.split(',')))")
+CARD_K=$("$PYTHON" -c "from specdec_cli.cards import load_card; print(load_card('$CARD').k)")
+"$SPECDEC" plan "${common[@]}" -k "$SWEEP_KS,$CARD_K" --remeasure --json > "$B/plan.jsonl.tmp"
+# shellcheck disable=SC2086
+"$SPECDEC" plan "${common[@]}" -k "$SWEEP_KS" $AGREES --json >> "$B/plan.jsonl.tmp"
 # 1. the card's draft vs greedy per category, and transformers' own generate beside ours
 "$SPECDEC" bench "${common[@]}" --repeats "$REPEATS" --vs-transformers \
     --json --csv "$B/bench.csv" > "$B/bench.jsonl.tmp"
 # 2. the synthetic agreement sweep at several k, the card's draft as the extra row, and the plot
 "$SPECDEC" bench "${common[@]}" --repeats "$SWEEP_REPEATS" --agree-sweep --k-sweep "$SWEEP_KS" \
     --plot "$B/agreement-sweep.png" --json --csv "$B/sweep.csv" > "$B/sweep.jsonl.tmp"
-# 3. plan's predictions for the same configurations (the card's draft and each synthetic a, every
-#    k, every schedule), to set beside what 1 and 2 measured
-AGREES=$("$PYTHON" -c "from specdec_cli.cli import AGREE_SWEEP; print(' '.join(f'-d synthetic:agree={a}' for a in AGREE_SWEEP.split(',')))")
-CARD_K=$("$PYTHON" -c "from specdec_cli.cards import load_card; print(load_card('$CARD').k)")
-"$SPECDEC" plan "${common[@]}" -k "$SWEEP_KS,$CARD_K" --json > "$B/plan.jsonl.tmp"
-# shellcheck disable=SC2086
-"$SPECDEC" plan "${common[@]}" -k "$SWEEP_KS" $AGREES --json >> "$B/plan.jsonl.tmp"
-# 4. extra cards on the categories they are for: their prompts come from the built-in suite
+# 3. extra cards on the categories they are for: their prompts come from the built-in suite
 suite() {  # the first N prompts (all if N is empty) of the given categories, as JSON lines
   "$PYTHON" -c "import json, sys; from specdec_cli.prompts import SUITE; n = int(sys.argv[1]) if sys.argv[1] else None
 cats = sys.argv[2].split(','); seen = {}
@@ -90,7 +94,7 @@ check_before_load(load_card('$PAIR_CARD'))" 2>/dev/null; then  # its files are f
     mv "$B/pair-exact.jsonl.tmp" "$B/pair-exact.jsonl"
   fi
 fi
-# 5. batching: the same prompts at --batch 1 and --batch BATCH (throughput over the whole run),
+# 4. batching: the same prompts at --batch 1 and --batch BATCH (throughput over the whole run),
 #    then the soak: SOAK_PROMPTS requests through generate --batch, peak RSS on every output line
 rm -f "$B/batch.jsonl.tmp" "$B/batch-exact.jsonl.tmp" "$B/soak.jsonl.tmp"
 if [ -n "$BATCH" ]; then
@@ -107,7 +111,7 @@ for i in range(int(sys.argv[1])):
   "$SPECDEC" generate --card "$CARD" --prompts-file "$B/soak-prompts.jsonl" --batch "$BATCH" \
       --max-tokens "$SOAK_MAX_TOKENS" --mode spec --json > "$B/soak.jsonl.tmp"
 fi
-# 6. the README's first example (the default card, its token budget), greedy and speculative back to back
+# 5. the README's first example (the default card, its token budget), greedy and speculative back to back
 echo '{"id": "readme", "prompt": "Explain what a hash table is."}' > "$B/readme-prompt.jsonl"
 "$SPECDEC" bench --prompts-file "$B/readme-prompt.jsonl" --repeats "$README_REPEATS" --json > "$B/readme.jsonl.tmp"
 mv "$B/bench.jsonl.tmp" "$B/bench.jsonl"
