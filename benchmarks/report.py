@@ -152,8 +152,9 @@ def main(directory: str, command: str, note: str = "") -> str:
             "",
             "## `specdec plan` against the measurement",
             "",
-            "`specdec plan` (same prompts and token budget, run in the same script) replays each configuration "
-            "against the target's greedy continuation and prices its rounds with the cached cost profile, without "
+            "`specdec plan` (same prompts and token budget, run first in the same script, with `--remeasure`: the "
+            "cost profile it measures is the one every later section reads) replays each configuration "
+            "against the target's greedy continuation and prices its rounds with that profile, without "
             "timing a single speculative run. Beside it, what `bench` measured for that configuration (the card's "
             "default bench, then the sweep). Targets: tokens/round within ±10 %, speedup within ±20 %.",
             "",
