@@ -93,9 +93,9 @@ def main(directory: str, command: str, note: str = "") -> str:
     batch, soak = optional(d, "batch.jsonl"), optional(d, "soak.jsonl")
     batch_exact, pair_exact = optional(d, "batch-exact.jsonl"), optional(d, "pair-exact.jsonl")
     readme = optional(d, "readme.jsonl")
-    spec = [r for r in bench if r["row"] == "bench" and r["scope"] in ("category", "all")]
+    spec = bench_rows(bench, "category", "all")
     peers = [r for r in bench if r["row"] == "transformers" and r["scope"] == "all"]
-    sweep_all = [r for r in sweep if r["row"] == "bench" and r["scope"] == "all"]
+    sweep_all = bench_rows(sweep, "all")
     first = (bench or sweep)[0]
     prompts = next(r["prompts"] for r in spec if r["scope"] == "all")
     threads = first["torch_threads"]
@@ -208,12 +208,18 @@ def main(directory: str, command: str, note: str = "") -> str:
     return "\n".join(out)
 
 
-def readme_all(rows: list[dict]) -> dict | None:
-    return next((r for r in rows if r["row"] == "bench" and r["scope"] == "all"), None)
+def bench_rows(rows: list[dict], *scopes: str) -> list[dict]:
+    """specdec's own rows (not transformers') of the given scopes, in file order."""
+    return [r for r in rows if r["row"] == "bench" and r["scope"] in scopes]
+
+
+def overall_row(rows: list[dict]) -> dict | None:
+    """The first configuration's row over all prompts, if the run wrote one."""
+    return next(iter(bench_rows(rows, "all")), None)
 
 
 def readme_section(rows: list[dict]) -> list[str]:
-    r = readme_all(rows)
+    r = overall_row(rows)
     if not r:
         return []
     return ["", "## The README's first example", "",
@@ -229,7 +235,7 @@ def readme_section(rows: list[dict]) -> list[str]:
 
 
 def readme_closing(rows: list[dict]) -> list[str]:
-    r = readme_all(rows)
+    r = overall_row(rows)
     return [f"- The README's first example: {f(r['speedup'], '.2f', 'x')} greedy (target ≥ 1.0x)."] if r else []
 
 
@@ -246,7 +252,7 @@ def weights_metadata(card_draft: str) -> dict:
 
 
 def distilled_section(rows: list[dict]) -> list[str]:
-    spec = [r for r in rows if r["row"] == "bench" and r["scope"] in ("category", "all")]
+    spec = bench_rows(rows, "category", "all")
     if not spec:
         return []
     meta = weights_metadata(spec[0]["card"])
@@ -264,7 +270,7 @@ def distilled_section(rows: list[dict]) -> list[str]:
 
 
 def pair_section(rows: list[dict]) -> list[str]:
-    spec = [r for r in rows if r["row"] == "bench" and r["scope"] in ("prompt", "all")]
+    spec = bench_rows(rows, "prompt", "all")
     if not spec:
         return []
     peers = [r for r in rows if r["row"] == "transformers" and r["scope"] == "all"]
@@ -289,7 +295,7 @@ def pair_section(rows: list[dict]) -> list[str]:
 
 
 def pair_suite_section(rows: list[dict]) -> list[str]:
-    spec = [r for r in rows if r["row"] == "bench" and r["scope"] in ("category", "all")]
+    spec = bench_rows(rows, "category", "all")
     if not spec:
         return []
     first = spec[0]
@@ -300,7 +306,7 @@ def pair_suite_section(rows: list[dict]) -> list[str]:
 
 
 def pair_suite_closing(rows: list[dict]) -> list[str]:
-    overall = next((r for r in rows if r["row"] == "bench" and r["scope"] == "all"), None)
+    overall = overall_row(rows)
     if not overall:
         return []
     return [f"- `{overall['card']}` over the whole suite ({overall['prompts']} prompts): "
@@ -309,7 +315,7 @@ def pair_suite_closing(rows: list[dict]) -> list[str]:
 
 def batch_overall(rows: list[dict]) -> dict[int, dict]:
     """batch size -> the overall bench row of that run; empty unless batch 1 and a larger one ran."""
-    runs = {r.get("batch", 1): r for r in rows if r["row"] == "bench" and r["scope"] == "all"}
+    runs = {r.get("batch", 1): r for r in bench_rows(rows, "all")}
     return runs if 1 in runs and len(runs) >= 2 else {}
 
 
@@ -410,8 +416,8 @@ PAIR_CARD_NAME = "qwen2.5-coder-1.5b"
 def batch_exact_runs(rows: list[dict]) -> list[tuple[dict, int, int]]:
     """Per k: (the overall row, rows identical to batch-1 greedy, rows)."""
     out = []
-    for total in sorted((r for r in rows if r["row"] == "bench" and r["scope"] == "all"), key=lambda r: r["k"]):
-        prompts = [r for r in rows if r["row"] == "bench" and r["scope"] == "prompt" and r["k"] == total["k"]]
+    for total in sorted(bench_rows(rows, "all"), key=lambda r: r["k"]):
+        prompts = [r for r in bench_rows(rows, "prompt") if r["k"] == total["k"]]
         out.append((total, sum(bool(r["identical"]) for r in prompts), len(prompts)))
     return out
 
@@ -467,11 +473,11 @@ def closing(spec, peers, sweep, pairs, distilled, pair) -> list[str]:
         lines.append(f"- Loop efficiency, synthetic a = 1.0, k = 4: measured {f(full['speedup'], '.2f', 'x')} = "
                      f"{full['speedup'] / full['predicted_speedup']:.2f} × predicted "
                      f"{f(full['predicted_speedup'], '.2f', 'x')} (target ≥ 0.9).")
-    d = next((r for r in distilled if r["row"] == "bench" and r["scope"] == "all"), None)
+    d = overall_row(distilled)
     if d:
         lines.append(f"- `{d['card']}` on free text: {f(d['speedup'], '.2f', 'x')} (target ≥ 1.3x), draft cost c = "
                      f"{f(d['draft_cost'])} target steps (target ≤ 0.1), acceptance {f(d['accept_rate'] and 100 * d['accept_rate'], '.1f', ' %')}.")
-    p = next((r for r in pair if r["row"] == "bench" and r["scope"] == "all"), None)
+    p = overall_row(pair)
     if p:
         hf = next((r for r in pair if r["row"] == "transformers" and r["scope"] == "all" and r["mode"] == "assisted"), None)
         lines.append(f"- `{p['card']}` on code: {f(p['speedup'], '.2f', 'x')} (target ≥ 1.6x)"
