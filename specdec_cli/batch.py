@@ -6,19 +6,18 @@ Why this design (issue 11 item 1):
     of the rows' own lengths (each row's draft and schedule choose as at batch 1). A row that
     proposed fewer is padded with id 0, fed but never verified: its verifier sees only its own
     d_i + 1 positions, so padding can never be accepted.
-  - HF targets: one DynamicCache of B rows plus a validity mask [B, T] the loop owns (1 = a
-    real token, 0 = left padding or a rejected slot), explicit position ids = each row's count
-    of real tokens. A rejected slot becomes a hole (masked), not a crop, because rows reject
-    different amounts; only trailing columns no row kept are cropped, and the cache is
-    re-packed when holes pass half its length. Holes cost attention width, never correctness.
+  - HF targets: a KV cache the loop owns (rows.py): per layer, K/V buffers written in place,
+    row i at columns 0..length[i]-1, a per-row mask; rolling a row back lowers its length. No
+    padding, holes or per-step copies (transformers' DynamicCache concatenated the whole cache
+    every forward: a third of a batch-8 run's time on our CPU).
   - Continuous batching: a new prompt is prefilled alone (batch 1, as today) and its K/V are
-    written into the batch cache right-aligned; rows that finish leave at once.
+    copied into a free row; rows that finish leave at once.
   - Every row has its own draft state (`fork`: shallow copies of the draft chain; the model
     weights are shared, the per-request state is not) and its own verifier (sampling: its own
     generator seeded like a batch-1 request, so a row draws what it would draw alone).
   - Any other target (the toy, test wrappers) runs `SerialRows`: a cache per row, rows fed one
     by one. Batching the toy buys nothing; it lets every property test run on the loop.
-  - Sliding-window and other non-plain cache layers are refused (holes would shift the window).
+  - Sliding-window and other non-plain cache layers are refused (they drop old positions).
   - Under the cost schedule the round's d is chosen for the batch (`Lengths`): a [B, d+1]
     verify costs what it costs whichever row asked for d, so d must pay for the whole batch.
 """
@@ -69,112 +68,15 @@ class SerialRows:
             cache.crop(n - self.fed)
 
 
-class HFRows:
-    """An HFLM's rows in one DynamicCache [B, H, T, D] per layer + a validity mask [B, T]."""
-
-    def __init__(self, lm, card_name: str = "the target"):
-        from transformers.cache_utils import DynamicLayer
-
-        self.lm, self.fed = lm, 0
-        self.cache = lm.new_cache()
-        odd = sorted({type(layer).__name__ for layer in self.cache.layers if type(layer) is not DynamicLayer})
-        if odd:
-            raise SpecdecError(f"--batch: {card_name}: the target's cache has {', '.join(odd)} layers (sliding window "
-                               "or other non-plain attention), which batched decoding does not support; use --batch 1")
-        lm.forward(torch.zeros(1, 1, dtype=torch.long, device=lm.device), self.cache)  # shapes and dtypes per layer
-        self.cache.crop(-1)  # initialised, 0 positions, batch 1
-        self.blank = [(layer.keys, layer.values) for layer in self.cache.layers]  # [1, H, 0, D] each
-        self._resize(0)
-        self.mask = torch.zeros(0, 0, dtype=torch.long, device=lm.device)  # [B, T]
-
-    def _layers(self):
-        return self.cache.layers
-
-    def _resize(self, rows: int) -> None:
-        for layer in self._layers():
-            layer.keys, layer.values = layer.keys[:rows], layer.values[:rows]
-
-    def add(self, prompt: list[int]) -> int:
-        alone = self.lm.new_cache()
-        forwards = prefill(self.lm, alone, prompt)
-        n, width = len(prompt) - 1, self.mask.shape[1]
-        grow = max(n - width, 0)
-        if grow:  # the newcomer is longer: every row gets `grow` empty columns on the left
-            for layer in self._layers():
-                layer.keys, layer.values = (_left_pad(t, grow) for t in (layer.keys, layer.values))
-            self.mask = _left_pad(self.mask, grow)
-        width += grow
-        for layer, own, blank in zip(self._layers(), alone.layers, self.blank):
-            keys, values = (own.keys, own.values) if n else blank  # [1, H, n, D]
-            layer.keys = torch.cat([layer.keys, _left_pad(keys, width - n)])
-            layer.values = torch.cat([layer.values, _left_pad(values, width - n)])
-        row = torch.cat([self.mask.new_zeros(width - n), self.mask.new_ones(n)])
-        self.mask = torch.cat([self.mask, row[None]])
-        return forwards
-
-    def select(self, rows: list[int]) -> None:
-        index = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
-        for layer in self._layers():
-            layer.keys, layer.values = layer.keys[index], layer.values[index]
-        self.mask = self.mask[index]
-        self._trim()
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, S] -> logits [B, S, V]. Positions continue each row's real-token count."""
-        self.fed = ids.shape[1]
-        start = self.mask.sum(1, keepdim=True)  # [B, 1]
-        positions = start + torch.arange(self.fed, device=ids.device)  # [B, S]
-        self.mask = torch.cat([self.mask, self.mask.new_ones(ids.shape)], 1)  # [B, T+S]
-        out = self.lm.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
-                            cache=self.cache, use_cache=True)
-        return out.logits
-
-    def keep(self, kept: list[int]) -> None:
-        """Row i keeps the first kept[i] fed positions; the rest become holes."""
-        columns = torch.arange(self.fed, device=self.mask.device)
-        counts = torch.tensor(kept, device=self.mask.device)[:, None]
-        self.mask[:, -self.fed:] = (columns < counts).long()
-        self._trim()
-
-    def _trim(self) -> None:
-        """Crop trailing columns no row holds; re-pack when holes are over half the width."""
-        width = self.mask.shape[1]
-        used = self.mask.any(0).nonzero()
-        last = int(used[-1]) + 1 if len(used) else 0
-        if last < width:
-            for layer in self._layers():
-                layer.keys, layer.values = layer.keys[:, :, :last], layer.values[:, :, :last]
-            self.mask = self.mask[:, :last]
-        longest = int(self.mask.sum(1).max()) if self.mask.shape[0] else 0
-        if self.mask.shape[1] > max(2 * longest, 32):
-            self._repack(longest)
-
-    def _repack(self, width: int) -> None:
-        """Every row's real columns, in order, right-aligned in `width` columns."""
-        order = torch.sort(self.mask, dim=1, stable=True).indices[:, -width:] if width else self.mask[:, :0]
-        for layer in self._layers():
-            at = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-            layer.keys, layer.values = layer.keys.gather(2, at), layer.values.gather(2, at)
-        self.mask = self.mask.gather(1, order)
-
-
-def _left_pad(t: torch.Tensor, n: int) -> torch.Tensor:
-    """n zero columns before the sequence axis' start (dim 2 of K/V [B, H, T, D], dim 1 of a mask)."""
-    if n == 0:
-        return t
-    dim = 2 if t.dim() == 4 else t.dim() - 1
-    shape = list(t.shape)
-    shape[dim] = n
-    return torch.cat([t.new_zeros(shape), t], dim)
-
-
-def rows_for(target, card_name: str = "the target"):
+def rows_for(target, card_name: str = "the target", rows: int = 1):
     from .models import HFLM
 
     if isinstance(target, HFLM):
+        from .rows import HFRows
+
         if target.keep_hidden:
             raise SpecdecError("--batch: a features draft reads the target's batch-1 hidden states; use --batch 1")
-        return HFRows(target, card_name)
+        return HFRows(target, card_name, rows)
     return SerialRows(target)
 
 
@@ -226,7 +128,7 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int], repeat
     base = switch.rectangles if switch is not None else frozenset()
     choose = {n: switch is not None and n >= 2 for n in range(1, widths + 1)}
     forms = {n: (False, True) if chosen and kernels.mode() != "all" else (chosen,) for n, chosen in choose.items()}
-    cache = rows_for(target)
+    cache = rows_for(target, rows=rows)
     for _ in range(rows):
         cache.add(context)
     times = {(n, form): [] for n in forms for form in forms[n]}
@@ -345,7 +247,7 @@ def decode_batch(target, draft, prompts: list[list[int]], k: int, max_tokens: in
     finish; a waiting prompt takes a finished row's place at once (continuous batching).
     `draft` is forked per row; `verifier()` makes each row's verifier; `lengths` (cost
     schedule) chooses each round's d for the batch."""
-    cache = rows_for(target, card_name)
+    cache = rows_for(target, card_name, batch)
     waiting, live = deque(enumerate(prompts)), []
     while waiting or live:
         while waiting and len(live) < batch:

@@ -1,5 +1,5 @@
 """--batch N: every row of a batched run equals its prompt's batch-1 output (toys, property
-tests; a tiny random transformers model with rejections, holes and re-packing), continuous
+tests; a tiny random transformers model with rejections, rows leaving and growing buffers), continuous
 batching keeps input order, and the CLI's errors and JSON lines."""
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdec_cli import costs, kernels
-from specdec_cli.batch import HFRows, Lengths, decode_batch, in_order, rectangle_seconds
+from specdec_cli.batch import Lengths, decode_batch, in_order, rectangle_seconds
 from specdec_cli.decoding import NoDraft, greedy_decode
 from specdec_cli.drafts import ModelDraft, PromptLookupDraft
 from specdec_cli.errors import SpecdecError
 from specdec_cli.models import HFLM, load, parse_ref
+from specdec_cli.rows import HFRows
 from specdec_cli.sampling import Sampler, Sampling, speculative_sample
 from specdec_cli.schedule import Cost, Scheduled, lookup_prior
 from specdec_cli.toy import ToyLM
@@ -208,13 +209,16 @@ PROMPTS = [list(range(3, 15)), [7], list(range(20, 45)), [5, 6, 7], list(range(1
 
 @pytest.mark.parametrize("batch", [2, 3, 7])
 def test_tiny_llama_rows_equal_batch_1_greedy_with_rejections(twins, batch, monkeypatch):
-    """A draft model that disagrees: rows reject different amounts every round (holes in the
-    shared cache), prompts of different lengths enter as rows leave (left growth), and the
-    cache is re-packed; every row still equals its batch-1 greedy output."""
+    """A draft model that disagrees: rows reject different amounts every round (their lengths
+    part, and the next forward writes over the rejected columns), prompts of different lengths
+    enter as rows leave (a copy into a free row), and the buffers grow past their first 8
+    columns; every row still equals its batch-1 greedy output."""
     target, noisy = twins
-    repacks = []
-    real = HFRows._repack
-    monkeypatch.setattr(HFRows, "_repack", lambda self, width: (repacks.append(width), real(self, width)))
+    monkeypatch.setattr(HFRows, "COLUMNS", 8)
+    grown = []
+    real = HFRows._reserve
+    monkeypatch.setattr(HFRows, "_reserve", lambda self, rows, width: (
+        grown.append(width) if width > self.cache.layers[0].keys.shape[2] else None, real(self, rows, width)))
     expected = [greedy_decode(target, p, 40, frozenset()).tokens for p in PROMPTS]
     for draft in (ModelDraft(noisy, target.vocab_size), PromptLookupDraft(CPU), NoDraft(CPU)):
         got = dict(decode_batch(target, draft, PROMPTS, 4, 40, frozenset(), batch))
@@ -222,7 +226,28 @@ def test_tiny_llama_rows_equal_batch_1_greedy_with_rejections(twins, batch, monk
         if isinstance(draft, ModelDraft):
             rounds = [r for res in got.values() for r in res.rounds]
             assert any(r.accepted < r.drafted for r in rounds) and any(r.accepted > 0 for r in rounds)
-    assert repacks  # holes passed half the width at least once
+    assert grown  # the buffers grew at least once
+
+
+def test_tiny_llama_rows_equal_batch_1_greedy_under_eager_attention(twins):
+    """eager attention adds its mask to the scores: HFRows hands it a float mask (0 / the
+    dtype's minimum) instead of sdpa's boolean one; rows still equal batch-1 greedy."""
+    target, noisy = twins
+    target.model.set_attn_implementation("eager")
+    try:
+        assert target.model.config._attn_implementation == "eager"
+        expected = [greedy_decode(target, p, 30, frozenset()).tokens for p in PROMPTS]
+        got = dict(decode_batch(target, ModelDraft(noisy, target.vocab_size), PROMPTS, 4, 30, frozenset(), 3))
+    finally:
+        target.model.set_attn_implementation("sdpa")
+    assert [got[i].tokens for i in range(len(PROMPTS))] == expected
+
+
+def test_attention_without_a_per_row_mask_is_refused(twins, monkeypatch):
+    target, _ = twins
+    monkeypatch.setattr(target.model.config, "_attn_implementation", "flash_attention_2")
+    with pytest.raises(SpecdecError, match="--batch: card x: attention 'flash_attention_2' .*use --batch 1"):
+        list(decode_batch(target, NoDraft(CPU), [[1, 2]], 1, 4, frozenset(), 2, card_name="card x"))
 
 
 def test_tiny_llama_rows_equal_batch_1_greedy_with_every_rectangle_weight_major(twins):

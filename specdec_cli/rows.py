@@ -1,0 +1,128 @@
+"""A transformers target's batch rows in a KV cache the loop owns (batch.py's HF path).
+
+Why not transformers' DynamicCache with left padding: every forward it concatenates the whole
+cache per layer (torch.cat), which on our 2-core CPU was a third of a batch-8 greedy run's time
+(profiled: 10.6 s of 31 s), and rows that reject different amounts of a verify leave holes or
+force re-packing. Here each layer keeps K and V in buffers [rows, H, capacity, D] written in
+place; row i owns columns 0..length[i]-1, position ids are columns, and a forward's mask shows
+query s of row i the columns j <= length[i] + s. Rolling back is lowering a length.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+from .decoding import prefill
+from .errors import SpecdecError
+
+
+class RowLayer(DynamicLayer):
+    """One decoder layer of HFRows' cache: K and V buffers [rows, H, capacity, D] written in
+    place. `update` writes each row's new positions at that row's own columns (rows.at) and
+    hands attention the first rows.width columns: a view, no copy."""
+
+    def __init__(self, rows: HFRows, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.rows, self.keys, self.values, self.is_initialized = rows, keys, values, True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        b, at, width = key_states.shape[0], self.rows.at.expand_as(key_states), self.rows.width
+        self.keys[:b].scatter_(2, at, key_states)
+        self.values[:b].scatter_(2, at, value_states)
+        return self.keys[:b, :, :width], self.values[:b, :, :width]
+
+    def get_seq_length(self) -> int:
+        return self.rows.width
+
+
+class HFRows:
+    """An HFLM's rows (see the module doc): add, select, forward [B, S], keep, as SerialRows."""
+
+    COLUMNS = 64  # the buffers' first width; they double when a forward needs more
+
+    def __init__(self, lm, card_name: str = "the target", rows: int = 1):
+        self.lm, self.fed, self.width, self.lengths = lm, 0, 0, []
+        probe = lm.new_cache()
+        odd = sorted({type(layer).__name__ for layer in probe.layers if type(layer) is not DynamicLayer})
+        if odd:
+            raise SpecdecError(f"--batch: {card_name}: the target's cache has {', '.join(odd)} layers (sliding window "
+                               "or other non-plain attention), which batched decoding does not support; use --batch 1")
+        self.attention = lm.config._attn_implementation
+        if self.attention not in ("sdpa", "eager"):
+            raise SpecdecError(f"--batch: {card_name}: attention {self.attention!r} takes no per-row mask here; "
+                               "batched decoding runs sdpa or eager attention; use --batch 1")
+        lm.forward(torch.zeros(1, 1, dtype=torch.long, device=lm.device), probe)  # shapes and dtypes per layer
+        self.cache = lm.new_cache()
+        self.cache.layers = [RowLayer(self, *(t.new_zeros(rows, t.shape[1], self.COLUMNS, t.shape[3]) for t in (layer.keys, layer.values)))
+                             for layer in probe.layers]
+
+    def _reserve(self, rows: int, width: int) -> None:
+        """Buffers for at least `rows` rows and `width` columns (doubling, old contents kept)."""
+        have = self.cache.layers[0].keys
+        if rows <= have.shape[0] and width <= have.shape[2]:
+            return
+        rows, width = max(rows, have.shape[0]), max(width, 2 * have.shape[2])
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                old = getattr(layer, name)
+                new = old.new_zeros(rows, old.shape[1], width, old.shape[3])
+                new[: old.shape[0], :, : old.shape[2]] = old
+                setattr(layer, name, new)
+
+    def add(self, prompt: list[int]) -> int:
+        alone = self.lm.new_cache()
+        forwards = prefill(self.lm, alone, prompt)
+        row, n = len(self.lengths), len(prompt) - 1
+        self._reserve(row + 1, n)
+        if n:
+            for layer, own in zip(self.cache.layers, alone.layers):
+                layer.keys[row, :, :n], layer.values[row, :, :n] = own.keys[0], own.values[0]
+        self.lengths.append(n)
+        return forwards
+
+    def select(self, rows: list[int]) -> None:
+        width = max((self.lengths[i] for i in rows), default=0)
+        index = torch.tensor(rows, dtype=torch.long, device=self.lm.device)
+        for layer in self.cache.layers:
+            layer.keys[: len(rows), :, :width] = layer.keys[index, :, :width]
+            layer.values[: len(rows), :, :width] = layer.values[index, :, :width]
+        self.lengths = [self.lengths[i] for i in rows]
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, S] -> logits [B, S, V]: each row's S positions at its own columns."""
+        self.fed = ids.shape[1]
+        positions = torch.tensor(self.lengths, device=ids.device)[:, None] + torch.arange(self.fed, device=ids.device)
+        self.width = max(self.lengths) + self.fed
+        self._reserve(len(self.lengths), self.width)
+        self.at = positions[:, None, :, None]  # [B, 1, S, 1]: where each new position is written
+        mask = torch.arange(self.width, device=ids.device) <= self.at  # [B, 1, S, width]
+        if self.attention == "eager":  # eager adds its mask to the scores
+            mask = torch.zeros(mask.shape, dtype=self.cache.layers[0].keys.dtype, device=ids.device).masked_fill(
+                ~mask, torch.finfo(self.cache.layers[0].keys.dtype).min)
+        with _gqa_in_place():
+            out = self.lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=self.cache, use_cache=True)
+        return out.logits
+
+    def keep(self, kept: list[int]) -> None:
+        """Row i keeps the first kept[i] fed positions (the rest are written over next time)."""
+        self.lengths = [n + k for n, k in zip(self.lengths, kept)]
+
+
+@contextmanager
+def _gqa_in_place():
+    """transformers' sdpa, given a mask and S > 1 queries, copies K and V once per query head
+    (repeat_kv) unless told torch's own grouped-query attention takes the mask: it reads the
+    cache in place (same result, bit for bit, on the CPU kernels we measured; half the time)."""
+    before = os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA")
+    os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TRANSFORMERS_SDPA_FORCE_GQA"]
+        else:
+            os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = before
