@@ -30,7 +30,8 @@ class RowLayer(DynamicLayer):
         self.rows, self.keys, self.values, self.is_initialized = rows, keys, values, True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        b, at, width = key_states.shape[0], self.rows.at.expand_as(key_states), self.rows.width
+        b, width = key_states.shape[0], self.rows.width
+        at = self.rows.at.to(key_states.device).expand_as(key_states)  # device_map: auto spreads the layers
         self.keys[:b].scatter_(2, at, key_states)
         self.values[:b].scatter_(2, at, value_states)
         return self.keys[:b, :, :width], self.values[:b, :, :width]
@@ -86,10 +87,11 @@ class HFRows:
 
     def select(self, rows: list[int]) -> None:
         width = max((self.lengths[i] for i in rows), default=0)
-        index = torch.tensor(rows, dtype=torch.long, device=self.lm.device)
+        index = torch.tensor(rows, dtype=torch.long)
         for layer in self.cache.layers:
-            layer.keys[: len(rows), :, :width] = layer.keys[index, :, :width]
-            layer.values[: len(rows), :, :width] = layer.values[index, :, :width]
+            at = index.to(layer.keys.device)
+            layer.keys[: len(rows), :, :width] = layer.keys[at, :, :width]
+            layer.values[: len(rows), :, :width] = layer.values[at, :, :width]
         self.lengths = [self.lengths[i] for i in rows]
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
