@@ -9,7 +9,7 @@ Why this design (issue 11 item 1):
   - HF targets: a KV cache the loop owns (rows.py): per layer, K/V buffers written in place,
     row i at columns 0..length[i]-1, a per-row mask; rolling a row back lowers its length. No
     padding, holes or per-step copies (transformers' DynamicCache concatenated the whole cache
-    every forward: a third of a batch-8 run's time on our CPU).
+    every forward; the numbers are in rows.py).
   - Continuous batching: a new prompt is prefilled alone (batch 1, as today) and its K/V are
     copied into a free row; rows that finish leave at once.
   - Every row has its own draft state (`fork`: shallow copies of the draft chain; the model
