@@ -258,9 +258,11 @@ def distilled_section(rows: list[dict]) -> list[str]:
     meta = weights_metadata(spec[0]["card"])
     made = ""
     if meta:
-        made = (f" The draft was made by `{meta.get('command')}` on this kind of machine (1 thread, nice 10): prompts "
+        threads = f", {meta['threads']} threads" if "threads" in meta else ""
+        data = f" in {float(meta['data_seconds']) / 60:.1f} min" if "data_seconds" in meta else ""
+        made = (f" The draft was made by `{meta.get('command')}` on this kind of machine (a 2-core CPU{threads}): prompts "
                 f"from {meta.get('prompts_source')} ({meta.get('prompts')} used; none from the benchmark suite), "
-                f"{int(meta.get('tokens', 0)):,} tokens of the target's own greedy answers, {meta.get('steps')} "
+                f"{int(meta.get('tokens', 0)):,} tokens of the target's own greedy answers{data}, {meta.get('steps')} "
                 f"training steps in {float(meta.get('train_seconds', 0)) / 60:.1f} min; held-out teacher-forced "
                 f"acceptance by draft position {', '.join(f'{a:.2f}' for a in json.loads(meta.get('alpha', '[]')))} "
                 f"({meta.get('heldout')} held-out prompts).")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,39 @@ def test_distilling_lowers_the_loss_and_raises_held_out_acceptance_to_near_one(t
     assert sum(losses[-10:]) / 10 < sum(losses[:10]) / 10 - 0.3
     assert outcome.alpha[0] >= 0.75 and min(outcome.alpha[1:]) >= 0.95, outcome.alpha  # loops: near 1.0
     assert outcome.steps == 120 and outcome.prompts == 32 and outcome.heldout == 8
+
+
+@pytest.mark.parametrize("share", [0.25, 0.1, 0.5, 0.0])
+def test_the_decay_starts_where_a_clock_run_reached_its_decay_time(share):
+    for reached in range(0, 400):
+        total = D.steps_decaying_from(reached, share)
+        assert D.decay_start(total, share) == reached and total >= reached
+        assert total - reached == int(total * share)  # the decay is `share` of the run, rounded down
+
+
+def test_the_learning_rate_warms_up_holds_and_decays_to_zero_at_the_last_step():
+    s = D.Settings(lr=1e-3, warmup=10, decay=0.25)
+    rates = [D.learning_rate(s, step, 100) for step in range(100)]
+    assert rates[0] == pytest.approx(1e-4) and rates[9] == pytest.approx(1e-3)
+    assert rates[10:76] == [pytest.approx(1e-3)] * 66  # steps 10..75 hold; the decay starts at 75
+    assert all(a > b > 0 for a, b in zip(rates[75:], rates[76:]))
+    assert rates[99] == pytest.approx(1e-3 / 25)  # one step short of 0: every step trains
+    assert D.learning_rate(s, 50, None) == 1e-3  # a clock run before its decay time: no total yet
+
+
+def test_a_clock_run_is_replayed_exactly_by_its_prompts_and_steps(tmp_path):
+    torch.set_num_threads(1)
+    pair = load_pair(load_card(str(tiny_card(tmp_path))))
+    s = D.Settings(minutes=0.2, max_new_tokens=16, heldout=4, eval_every=10**6, batch=4, lr=3e-3, warmup=5,
+                   warm_start=False, gen_batch=8)
+    clock = D.distill(pair, word_prompts(200), s, tmp_path / "clock", "x", "word prompts")
+    assert clock.steps > 8 and clock.best_step == clock.steps, clock  # it trained, and the end was its best
+    replay = D.distill(pair, word_prompts(200), replace(s, steps=clock.steps, prompts=clock.prompts),
+                       tmp_path / "replay", "x", "word prompts")
+    a, _, _ = features.load(clock.weights, pair.target)
+    b, _, _ = features.load(replay.weights, pair.target)
+    assert replay.alpha == clock.alpha and replay.tokens == clock.tokens
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
 def test_the_saved_file_round_trips(trained, tmp_path):
