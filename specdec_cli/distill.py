@@ -64,7 +64,7 @@ class Settings:
     width: int | None = None  # the block's MLP width (None: half the target's; more only overfits small data)
     lr: float = 1e-3
     warmup: int = 50  # steps of linear warm-up, then a constant rate ...
-    decay: float = 0.25  # ... and over the last share of the steps, linearly down to 0 (see decay_start)
+    decay: float = 0.25  # ... and over this share (0 <= decay < 1) of the steps, linearly down to 0 (see decay_start)
     bf16: bool = True  # the training step's matmuls in bfloat16 (autocast; the weights stay float32)
     batch: int = 8  # sequences per step
     eval_every: int = 50  # steps between held-out measurements (each may checkpoint)
