@@ -259,11 +259,12 @@ def distilled_section(rows: list[dict]) -> list[str]:
     made = ""
     if meta:
         threads = f", {meta['threads']} threads" if "threads" in meta else ""
-        data = f" in {float(meta['data_seconds']) / 60:.1f} min" if "data_seconds" in meta else ""
+        data = (f" ({float(meta['data_seconds']) / 60:.1f} min making data in that run; it reuses batches already in "
+                f"the cache)") if "data_seconds" in meta else ""
         made = (f" The draft was made by `{meta.get('command')}` on this kind of machine (a 2-core CPU{threads}): prompts "
                 f"from {meta.get('prompts_source')} ({meta.get('prompts')} used; none from the benchmark suite), "
-                f"{int(meta.get('tokens', 0)):,} tokens of the target's own greedy answers{data}, {meta.get('steps')} "
-                f"training steps in {float(meta.get('train_seconds', 0)) / 60:.1f} min; held-out teacher-forced "
+                f"{int(meta.get('tokens', 0)):,} tokens of the target's own greedy answers{data}, the weights of training step {meta.get('steps')} "
+                f"({float(meta.get('train_seconds', 0)) / 60:.1f} min of training); held-out teacher-forced "
                 f"acceptance by draft position {', '.join(f'{a:.2f}' for a in json.loads(meta.get('alpha', '[]')))} "
                 f"({meta.get('heldout')} held-out prompts).")
     return ["", f"## `{spec[0]['card']}`: a distilled features draft on free text", "",
