@@ -115,28 +115,37 @@ class Lengths:
             r.draft.pinned = d
 
 
+FORMS = ("linear", "major", "packed")  # F.linear, W @ xᵀ, oneDNN's prepacked weights (kernels.py)
+
+
 @torch.inference_mode()
-def rectangle_seconds(target, rows: int, widths: int, context: list[int], repeats: int = 3) -> tuple[list[float], list[int]]:
+def rectangle_seconds(target, rows: int, widths: int, context: list[int],
+                      repeats: int = 3) -> tuple[list[float], list[int], list[int]]:
     """Seconds of one [rows, n] verify (n = 1..widths) after `context` in every row, through
     HFRows as the loop runs it: the median of `repeats` tries after a warm-up (as
-    costs.forward_seconds). With the target's weight-major switch (kernels.py), each
-    speculative rectangle (n >= 2) is timed in both forms and the faster kept (all of them
-    under SPECDEC_WEIGHT_MAJOR=all); n = 1, the batched greedy step, stays F.linear. Returns (seconds per n, the n that take W @ xᵀ)."""
+    costs.forward_seconds). With the target's switch (kernels.py), each speculative rectangle
+    (n >= 2) is timed in every form it can take and the fastest kept (under
+    SPECDEC_WEIGHT_MAJOR=all every one W @ xᵀ, =packed every one prepacked, untimed); n = 1,
+    the batched greedy step, stays F.linear. Returns (seconds per n, the n that take W @ xᵀ,
+    the n that take the prepacked weights). Prepacked copies not chosen are freed."""
     from .costs import _sync
 
     switch = getattr(target, "weight_major", None)
-    base = switch.rectangles if switch is not None else frozenset()
-    choose = {n: switch is not None and n >= 2 for n in range(1, widths + 1)}
-    forms = {n: (False, True) if chosen and kernels.mode() != "all" else (chosen,) for n, chosen in choose.items()}
+    offered = FORMS if switch is not None and kernels.can_pack(target.model) else FORMS[:2]
+    forced = {"all": "major", "packed": "packed"}.get(kernels.mode())
+    forms = {n: ("linear",) if switch is None or n == 1 else (forced,) if forced else offered
+             for n in range(1, widths + 1)}
     cache = rows_for(target, rows=rows)
     for _ in range(rows):
         cache.add(context)
     times = {(n, form): [] for n in forms for form in forms[n]}
+    base = (switch.rectangles, switch.packed) if switch is not None else None
     try:
         for _ in range(repeats + 1):
             for n, form in times:
                 if switch is not None:
-                    switch.rectangles = base | ({(rows, n)} if form else set())
+                    switch.rectangles = base[0] | ({(rows, n)} if form == "major" else set())
+                    switch.packed = base[1] | ({(rows, n)} if form == "packed" else set())
                 ids = torch.tensor([context[-n:]] * rows, device=target.device)
                 _sync(target.device)
                 start = time.perf_counter()
@@ -145,13 +154,12 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int], repeat
                 cache.keep([0] * rows)
     finally:
         if switch is not None:
-            switch.rectangles = base
-    seconds, major = [], []
-    for n in forms:
-        best = min(forms[n], key=lambda form: statistics.median(times[n, form][1:]) * (0.97 if form else 1.0))
-        seconds.append(statistics.median(times[n, best][1:]))
-        major += [n] if best else []
-    return seconds, major
+            switch.rectangles, switch.packed = base
+    best = {n: min(forms[n], key=lambda form: statistics.median(times[n, form][1:])) for n in forms}
+    if switch is not None and "packed" not in best.values() and not base[1]:
+        switch.unpack()
+    return ([statistics.median(times[n, best[n]][1:]) for n in forms],
+            [n for n in forms if best[n] == "major"], [n for n in forms if best[n] == "packed"])
 
 
 def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:
@@ -168,8 +176,12 @@ def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:
     context = probe_ids(pair.target, profile.contexts[0])
     with_batch(profile, batch, lambda widths: rectangle_seconds(pair.target, batch, widths, context))
     switch = pair.target.weight_major
-    if switch is not None:  # the rectangles measured faster weight-major take it (a full batch's)
+    if switch is not None:  # each full batch's rectangle takes the form measured fastest for it
         switch.rectangles = switch.rectangles | {(batch, n) for n in profile.batch_weight_major.get(str(batch), [])}
+        # ...and prepacked, its partial batches too: from 3 matmul rows up (a [2, 2] rectangle
+        # has 4) the prepacked form was the fastest of the three at every row count we timed
+        switch.packed = switch.packed | {(rows, n) for rows in range(2, batch + 1)
+                                         for n in profile.batch_packed.get(str(batch), [])}
     return Lengths(profile, batch, draft.schedule.draft_label, draft.schedule.explore)
 
 

@@ -27,7 +27,7 @@ import torch
 from . import kernels
 from .files import cache_dir, write_text_atomic
 
-VERSION = 4  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major)
+VERSION = 5  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed)
 PROBE_REPEATS = 5  # timed forwards per width; the median is kept (see forward_seconds)
 MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
 SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 3 tries per width
@@ -45,6 +45,7 @@ class CostProfile:
     batch_s: dict[str, list[float]] = field(default_factory=dict)  # rows -> [n-1]: a [rows, n] verify (short context)
     weight_major: list[int] = field(default_factory=list)  # widths whose matmuls run W @ xᵀ (kernels.py)
     batch_weight_major: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs W @ xᵀ
+    batch_packed: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs prepacked
     prefill_s: list[float] = field(default_factory=list)  # [context]: prefilling its first context-1 tokens
     measured_s: float = 0.0  # how long measuring took
     timed: bool = True  # measured on this machine (False: made up, so the loop's own times do not refine it)
@@ -118,6 +119,7 @@ class CostProfile:
                     "batch_step": {rows: round(s[0] / self.step_s, 3) for rows, s in self.batch_s.items()}}
                    if self.batch_s else {}),
                 **({"batch_weight_major": self.batch_weight_major} if self.batch_weight_major else {}),
+                **({"batch_packed": self.batch_packed} if any(self.batch_packed.values()) else {}),
                 "prefill_ms": [round(x * 1e3, 1) for x in self.prefill_s],
                 "weight_major": self.weight_major, "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
 
@@ -247,6 +249,7 @@ def read(key: dict) -> CostProfile | None:
         profile = CostProfile(**{k: raw[k] for k in ("key", "contexts", "verify_s", "draft_s", "measured_s")},
                               batch_s=raw.get("batch_s", {}), weight_major=raw.get("weight_major", []),
                               batch_weight_major=raw.get("batch_weight_major", {}),
+                              batch_packed=raw.get("batch_packed", {}),
                               prefill_s=raw.get("prefill_s", []))
         ok = (profile.key == key and len(profile.contexts) == len(profile.verify_s) >= 1
               and isinstance(profile.draft_s, dict) and isinstance(profile.batch_s, dict)
@@ -258,10 +261,10 @@ def read(key: dict) -> CostProfile | None:
               and isinstance(profile.prefill_s, list)
               and len(profile.prefill_s) in (0, len(profile.contexts))
               and all(isinstance(x, (int, float)) and x > 0 for x in profile.prefill_s)
-              and isinstance(profile.batch_weight_major, dict)
-              and all(rows in profile.batch_s and isinstance(ns, list)
-                      and all(type(n) is int and 2 <= n <= profile.widths for n in ns)
-                      for rows, ns in profile.batch_weight_major.items()))
+              and all(isinstance(forms, dict) and all(rows in profile.batch_s and isinstance(ns, list)
+                                                      and all(type(n) is int and 2 <= n <= profile.widths for n in ns)
+                                                      for rows, ns in forms.items())
+                      for forms in (profile.batch_weight_major, profile.batch_packed)))
         if not ok:
             raise ValueError("fields do not fit")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -309,13 +312,14 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     return found
 
 
-def with_batch(found: CostProfile, rows: int, measure: Callable[[int], tuple[list[float], list[int]]]) -> CostProfile:
+def with_batch(found: CostProfile, rows: int,
+               measure: Callable[[int], tuple[list[float], list[int], list[int]]]) -> CostProfile:
     """`found` with the cost of a [rows, n] verify (n = 1..widths) and the n whose matmuls
-    take W @ xᵀ: measure(widths) -> (seconds, those n), once per batch size, cached with the
-    rest of the profile."""
+    take W @ xᵀ or the prepacked weights (kernels.py): measure(widths) -> (seconds, those n,
+    these n), once per batch size, cached with the rest of the profile."""
     if str(rows) not in found.batch_s:
         start = time.perf_counter()
-        found.batch_s[str(rows)], found.batch_weight_major[str(rows)] = measure(found.widths)
+        found.batch_s[str(rows)], found.batch_weight_major[str(rows)], found.batch_packed[str(rows)] = measure(found.widths)
         found.measured_s += time.perf_counter() - start
         save(found)
     return found

@@ -149,14 +149,15 @@ def test_a_request_entering_the_batch_gets_its_opening_probe():
 
 def test_rectangle_seconds_times_every_width_on_a_real_batch(twins):
     target, _ = twins
-    seconds, major = rectangle_seconds(target, 3, 4, list(range(3, 20)), repeats=1)
-    assert len(seconds) == 4 and all(s > 0 for s in seconds) and major == []  # no switch installed
+    seconds, major, packed = rectangle_seconds(target, 3, 4, list(range(3, 20)), repeats=1)
+    assert len(seconds) == 4 and all(s > 0 for s in seconds) and major == packed == []  # no switch installed
 
 
-def test_rectangle_seconds_chooses_weight_major_only_for_speculative_rectangles(twins, monkeypatch):
-    """Each [rows, n >= 2] rectangle wider than the batch-1 widths is timed in both forms
-    (the switch holds (rows, n) while the weight-major form is timed, and is restored after);
-    under SPECDEC_WEIGHT_MAJOR=all every such n is chosen untimed."""
+def test_rectangle_seconds_times_every_form_only_for_speculative_rectangles(twins, monkeypatch):
+    """Each [rows, n >= 2] rectangle is timed in the three forms (the switch holds (rows, n)
+    in `rectangles` while W @ xᵀ is timed, in `packed` while the prepacked weights are, and is
+    restored after; prepacked copies that were not chosen are freed); n = 1 stays F.linear.
+    Under SPECDEC_WEIGHT_MAJOR=all every such n is W @ xᵀ, under =packed every one prepacked."""
     target, _ = twins
     lm = HFLM(target.model)
     lm.weight_major = kernels.install(lm.model)
@@ -165,16 +166,41 @@ def test_rectangle_seconds_chooses_weight_major_only_for_speculative_rectangles(
     real = lm.model.forward
 
     def spy(*args, **kwargs):
-        seen.append(lm.weight_major.rectangles)
+        seen.append((lm.weight_major.rectangles, lm.weight_major.packed))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(lm.model, "forward", spy)
-    seconds, major = rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)
-    assert len(seconds) == 4 and set(major) <= {2, 3, 4}
-    assert lm.weight_major.widths == {2} and lm.weight_major.rectangles == frozenset()  # restored
-    assert {(3, 2)} in seen and {(3, 3)} in seen and {(3, 4)} in seen and {(3, 1)} not in seen  # n = 1: never
+    seconds, major, packed = rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)
+    assert len(seconds) == 4 and not set(major) & set(packed) and set(major) | set(packed) <= {2, 3, 4}
+    assert lm.weight_major.widths == {2} and lm.weight_major.rectangles == lm.weight_major.packed == frozenset()
+    assert bool(lm.weight_major.packs) == bool(packed)  # kept only when chosen
+    for n in (2, 3, 4):
+        assert ({(3, n)}, frozenset()) in seen and (frozenset(), {(3, n)}) in seen
+    assert not any((3, 1) in r | p for r, p in seen)  # n = 1: never
     monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "all")
-    assert rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)[1] == [2, 3, 4]
+    assert rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)[1:] == ([2, 3, 4], [])
+    monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "packed")
+    assert rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)[1:] == ([], [2, 3, 4])
+    assert lm.weight_major.packs  # chosen: the copies stay for the run
+
+
+def test_a_batch_switches_on_the_measured_forms(twins, monkeypatch):
+    """lengths_for: W @ xᵀ for the full batch's rectangles measured faster that way, the
+    prepacked weights for those measured faster so and for the same n at every partial batch."""
+    from types import SimpleNamespace
+
+    from specdec_cli.batch import lengths_for
+
+    target, _ = twins
+    lm = HFLM(target.model)
+    lm.weight_major = kernels.install(lm.model)
+    profile = costs.fixed([1.0, 1.2, 1.4, 1.6])
+    profile.batch_s, profile.batch_weight_major, profile.batch_packed = {"4": [1.0] * 4}, {"4": [2]}, {"4": [3, 4]}
+    pair = SimpleNamespace(target=lm, cost_profile=lambda drafts, widths: profile)
+    draft = Scheduled(PromptLookupDraft(CPU), Cost(lambda widths: profile, "prompt-lookup", lookup_prior, False))
+    assert isinstance(lengths_for(pair, draft, 3, 4), Lengths)
+    assert lm.weight_major.rectangles == {(4, 2)}
+    assert lm.weight_major.packed == {(rows, n) for rows in (2, 3, 4) for n in (3, 4)}
 
 
 def test_in_order_waits_for_earlier_items():
@@ -250,20 +276,40 @@ def test_attention_without_a_per_row_mask_is_refused(twins, monkeypatch):
         list(decode_batch(target, NoDraft(CPU), [[1, 2]], 1, 4, frozenset(), 2, card_name="card x"))
 
 
-def test_tiny_llama_rows_equal_batch_1_greedy_with_every_rectangle_weight_major(twins):
-    """Every batched forward computed W @ xᵀ (what the batch profile may choose per
-    rectangle, and more: the batched 1-token steps too), the batch-1 greedy reference F.linear
-    (prefills included): rows still equal it."""
+@pytest.mark.parametrize("form", ["rectangles", "packed"])
+def test_tiny_llama_rows_equal_batch_1_greedy_with_every_rectangle_in_another_form(twins, form):
+    """Every batched forward computed W @ xᵀ, or took oneDNN's prepacked weights (what the batch
+    profile may choose per rectangle, and more: the batched 1-token steps too), the batch-1
+    greedy reference F.linear (prefills included): rows still equal it."""
     target, noisy = twins
     lm = HFLM(target.model)
     expected = [greedy_decode(lm, p, 40, frozenset()).tokens for p in PROMPTS]
     lm.weight_major = kernels.install(lm.model)
     try:
-        lm.weight_major.rectangles = frozenset((rows, n) for rows in range(2, 4) for n in range(1, 6))
+        setattr(lm.weight_major, form, frozenset((rows, n) for rows in range(2, 4) for n in range(1, 6)))
         got = dict(decode_batch(lm, ModelDraft(noisy, target.vocab_size), PROMPTS, 4, 40, frozenset(), 3))
+        assert form == "rectangles" or len(lm.weight_major.packs) == len(
+            [m for m in lm.model.modules() if type(m) is torch.nn.Linear])  # every layer packed once
     finally:
-        lm.weight_major.rectangles = frozenset()
+        setattr(lm.weight_major, form, frozenset())
     assert [got[i].tokens for i in range(len(PROMPTS))] == expected
+
+
+def test_grouped_attention_matches_transformers_sdpa(twins):
+    """HFRows' attention (each key/value head's query heads in the query dimension, rows.py)
+    gives the logits transformers' own sdpa gives a row alone, up to fp32 rounding: tiny-llama
+    has 4 query heads on 2 key/value heads, so the grouping is exercised."""
+    target, _ = twins
+    assert target.config.num_attention_heads > target.config.num_key_value_heads
+    prompts = [list(range(3, 15)), list(range(30, 37))]
+    rows = HFRows(target, rows=2)
+    for p in prompts:
+        rows.add(p)
+    got = rows.forward(torch.tensor([[p[-1], 5, 6] for p in prompts]))
+    for i, p in enumerate(prompts):
+        cache = target.new_cache()
+        alone = target.model(input_ids=torch.tensor([p + [5, 6]]), cache=cache, use_cache=True).logits[0, -3:]
+        assert torch.allclose(got[i], alone, atol=1e-4, rtol=1e-4)
 
 
 def test_sliding_window_target_is_refused():

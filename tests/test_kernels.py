@@ -47,6 +47,35 @@ def test_weight_major_equals_f_linear_up_to_rounding_and_only_where_switched_on(
     assert torch.equal(one, F.linear(x.reshape(rows, 1, 48)[:1], layer.weight, layer.bias))
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_prepacked_equals_f_linear_up_to_rounding_only_for_its_rectangles_and_packs_once(bias):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(48, 80, bias=bias)
+    switch = kernels.install(torch.nn.Sequential(layer))
+    assert kernels.can_pack(torch.nn.Sequential(layer))
+    x = torch.randn(3, 4, 48)  # a [3, 4] rectangle
+    reference = F.linear(x, layer.weight, layer.bias)
+    switch.packed = frozenset({(3, 5), (2, 4)})
+    assert torch.equal(layer(x), reference) and not switch.packs  # other rectangles: F.linear, nothing packed
+    switch.packed = frozenset({(3, 4)})
+    out = layer(x)
+    assert out.shape == reference.shape and out.is_contiguous()
+    assert torch.allclose(out, reference, atol=1e-5, rtol=1e-5) and list(switch.packs) == [layer]
+    packed = switch.packs[layer]
+    layer(x)
+    assert switch.packs[layer] is packed  # reordered once, on first use
+    switch.paused = True
+    assert torch.equal(layer(x), reference)  # a prefill: F.linear
+    switch.paused = False
+    switch.unpack()
+    assert not switch.packs
+
+
+def test_no_prepacked_form_off_the_cpu_float_path():
+    assert not kernels.can_pack(torch.nn.Sequential(torch.nn.Linear(4, 4).half()))
+    assert not kernels.can_pack(torch.nn.Sequential(torch.nn.ReLU()))  # no linear layer at all
+
+
 @pytest.mark.filterwarnings("ignore")
 def test_install_routes_plain_linear_layers_only():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
@@ -176,4 +205,4 @@ def test_an_unknown_weight_major_mode_is_one_error_line(run, write_card, monkeyp
     monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "fast")
     r = run("generate", "-c", tiny_card(write_card), "hello")
     assert r.exit_code == 2
-    assert r.stderr.strip() == "Error: SPECDEC_WEIGHT_MAJOR: expected one of measure, off, all, got 'fast'"
+    assert r.stderr.strip() == "Error: SPECDEC_WEIGHT_MAJOR: expected one of measure, off, all, packed, got 'fast'"

@@ -349,13 +349,14 @@ def test_a_batch_verify_curve_is_cached_with_the_profile(monkeypatch):
 
     def measure(widths):
         measured.append(widths)
-        return [step * (1.5 + 0.25 * n) for n in range(widths)], [3]  # a [8, n] verify: 1.5, 1.75, ... steps
+        return [step * (1.5 + 0.25 * n) for n in range(widths)], [3], [4, 5]  # a [8, n] verify: 1.5, 1.75, ... steps
 
     costs.with_batch(found, 8, measure)
     costs.with_batch(found, 8, measure)
     assert measured == [costs.MIN_WIDTHS]  # measured once
     again = costs.profile(probe, "toy-q", None, {})
     assert again.cached and again.batch_s == found.batch_s and again.batch_weight_major == {"8": [3]}
+    assert again.batch_packed == {"8": [4, 5]} and again.as_dict()["batch_packed"] == {"8": [4, 5]}
     curve, batch_step = again.batch(8, 8)
     assert batch_step == pytest.approx(1.5) and curve[1] == pytest.approx(1.75 / 1.5)
     one = again.curve(again.contexts[0])
@@ -381,7 +382,8 @@ def test_a_cache_file_with_a_malformed_batch_curve_is_remeasured(monkeypatch, ca
     costs.profile(probe, "toy-r", None, {})
     (path,) = costs.cache_dir("costs").glob("*.json")
     for field, bad in [("batch_s", v) for v in (None, [1, 2], {"8": [1.0]}, {"8": "fast"})] + [
-            ("batch_weight_major", v) for v in (None, {"8": [3]}, [2])]:  # {"8": ...} without an 8-row curve
+            (forms, v) for forms in ("batch_weight_major", "batch_packed")
+            for v in (None, {"8": [3]}, [2])]:  # {"8": ...} without an 8-row curve
         raw = json.loads(path.read_text())
         raw[field] = bad
         path.write_text(json.dumps(raw))
