@@ -346,6 +346,9 @@ def batch_section(rows: list[dict], soak: list[dict]) -> list[str]:
              f"Card `{one['card']}` ({one['draft']}, k = {one['k']}), the first `BATCH_LIMIT` prompts of each category "
              f"({one['prompts']} prompts), at most {one['max_tokens']} new tokens, one timed pass per mode after a "
              "warm-up. Throughput is tokens over the whole pass's wall time (continuous batching over the prompts). "
+             "Each speculative verify `[rows, n >= 2]` takes the matmul form the cost profile measured fastest for it "
+             "(`kernels.py`: F.linear, W @ xᵀ or oneDNN's prepacked weights); the batched greedy step `[rows, 1]` is "
+             "torch's F.linear, like every greedy step. "
              "`identical`: every row equals that prompt's batch-1 greedy decode.", "",
              table(["batch", "prompts", "tokens", "greedy tok/s", "spec tok/s", "spec/greedy", "greedy vs batch 1",
                     "spec vs batch 1", "tokens/round", "peak RSS", "identical"], body)]
