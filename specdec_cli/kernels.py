@@ -23,9 +23,10 @@ A batched verify [rows, n] (rows >= 2) has a third form: oneDNN's prepacked weig
 runs after freezing). Each layer's weight is reordered once, on first use, into a blocked copy
 (the target's weights twice in memory: +0.54 GB for SmolLM2-135M in fp32). On our 2-core CPU its
 matmuls for the whole SmolLM2 body and head cost 29 ms at 8 rows against F.linear's 66 and W @ xᵀ's
-45; 37 against 76 and 63 at 16 rows; 67 against 108 at 40 (cold weights, /tmp timing script in
-the note). `WeightMajor.packed` holds the (rows, n) that take it, from the same measurement.
-Its rows differ from F.linear's in the last bits too (6.7e-5 on values of ~20).
+45; 37 against 76 and 63 at 16 rows; 67 against 108 at 40 (benchmarks/matmul_forms.py, cold
+weights). Only float32: nothing here measured it in bfloat16. `WeightMajor.packed` holds the
+(rows, n) that take it, from the same measurement. Its rows differ from F.linear's in the last
+bits too (6.7e-5 on values of ~20).
 
 SPECDEC_WEIGHT_MAJOR=off leaves every layer to F.linear; =all switches every width 2..k+1 on
 without timing (an exactness audit of the form: each width's output depends only on its own
@@ -91,14 +92,14 @@ class WeightMajor:
 
 
 def can_pack(model: torch.nn.Module) -> bool:
-    """oneDNN's prepacked linear runs here: a CPU float32 or bfloat16 model, a torch with mkldnn."""
+    """oneDNN's prepacked linear runs here: a CPU float32 model, a torch with mkldnn."""
     try:
         ops = torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
     except (AttributeError, RuntimeError):
         return False
     weight = next((m.weight for m in model.modules() if type(m) is torch.nn.Linear), None)
     return (all(ops) and torch.backends.mkldnn.is_available() and weight is not None
-            and weight.device.type == "cpu" and weight.dtype in (torch.float32, torch.bfloat16))
+            and weight.device.type == "cpu" and weight.dtype == torch.float32)
 
 
 def install(model: torch.nn.Module) -> WeightMajor:

@@ -73,6 +73,7 @@ def test_prepacked_equals_f_linear_up_to_rounding_only_for_its_rectangles_and_pa
 
 def test_no_prepacked_form_off_the_cpu_float_path():
     assert not kernels.can_pack(torch.nn.Sequential(torch.nn.Linear(4, 4).half()))
+    assert not kernels.can_pack(torch.nn.Sequential(torch.nn.Linear(4, 4).bfloat16()))  # not measured in bf16
     assert not kernels.can_pack(torch.nn.Sequential(torch.nn.ReLU()))  # no linear layer at all
 
 
