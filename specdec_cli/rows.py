@@ -141,8 +141,10 @@ def _grouped_attention(on: bool):
             dropout_p=dropout, scale=scaling)
         return out.view(b, h, s, d).transpose(1, 2).contiguous(), None  # [B, S, H, D], as transformers' sdpa
 
-    ALL_ATTENTION_FUNCTIONS["sdpa"] = grouped
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = grouped  # a local override of the shared registry...
     try:
         yield
     finally:
-        ALL_ATTENTION_FUNCTIONS["sdpa"] = plain
+        del ALL_ATTENTION_FUNCTIONS["sdpa"]  # ...dropped, so the library-wide entry shows through again
+        if ALL_ATTENTION_FUNCTIONS["sdpa"] is not plain:  # someone else's local override was there before
+            ALL_ATTENTION_FUNCTIONS["sdpa"] = plain

@@ -312,6 +312,27 @@ def test_grouped_attention_matches_transformers_sdpa(twins):
         assert torch.allclose(got[i], alone, atol=1e-4, rtol=1e-4)
 
 
+def test_grouped_attention_leaves_the_attention_registry_as_it_found_it(twins):
+    """The override lives only for the forward: afterwards transformers' registry resolves
+    "sdpa" library-wide again, so a later AttentionInterface.register still takes effect."""
+    from transformers import AttentionInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    target, _ = twins
+    plain = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    rows = HFRows(target, rows=2)
+    for p in ([3, 4, 5], [6, 7]):
+        rows.add(p)
+    rows.forward(torch.tensor([[5, 1], [7, 1]]))
+    assert ALL_ATTENTION_FUNCTIONS["sdpa"] is plain
+    replacement = lambda *args, **kwargs: plain(*args, **kwargs)  # noqa: E731
+    AttentionInterface.register("sdpa", replacement)
+    try:
+        assert ALL_ATTENTION_FUNCTIONS["sdpa"] is replacement
+    finally:
+        AttentionInterface.register("sdpa", plain)
+
+
 def test_sliding_window_target_is_refused():
     target, _ = load(parse_ref("random:tiny-mistral-swa.json", DATA), CPU, torch.float32)
     with pytest.raises(SpecdecError, match="--batch: .*DynamicSlidingWindowLayer.*use --batch 1"):
