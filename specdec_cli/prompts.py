@@ -8,6 +8,7 @@ copy, which is where prompt lookup shines.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,3 +94,26 @@ def read_prompts(path: str, stdin_text: str | None = None) -> list[Prompt]:
     if not prompts:
         raise SpecdecError(f"{name}: no prompts found")
     return prompts
+
+
+def read_stdin() -> str | None:
+    """Piped stdin as text (None on a terminal or when empty); non-UTF-8 is an error."""
+    if sys.stdin is None or sys.stdin.isatty():
+        return None
+    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecdecError(f"stdin is not valid UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start})") from None
+    return text if text.strip() else None
+
+
+def first_per_category(items: list, limit: int) -> list:
+    """The first `limit` prompts of each category, in their order."""
+    seen: dict[str, int] = {}
+    kept = []
+    for item in items:
+        seen[item.category] = seen.get(item.category, 0) + 1
+        if seen[item.category] <= limit:
+            kept.append(item)
+    return kept

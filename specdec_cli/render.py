@@ -297,3 +297,38 @@ def plan_table(rows, profile, title: str) -> Table:
                       fmt(r.predicted_tokens_per_round), fmt(r.draft_cost), f"{fmt(r.predicted_speedup)}x",
                       "[bold green]recommended[/]" if r.recommended else "")
     return table
+
+
+def show_table(console: Console, table) -> None:
+    """On a terminal Rich fits the table to the window; in a file or pipe print it at its
+    natural width instead of cutting every cell down to 80 columns."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    natural = console.measure(table, options=console.options.update_width(10_000)).maximum
+    Console(file=console.file, width=max(console.width, natural)).print(table)
+
+
+# ---------------------------------------------------------------------------- distill
+class DistillReport:
+    """Renders distill's progress: a Rich bar per phase on a terminal, else one line per
+    held-out measurement (logs)."""
+
+    PHASES = {"data": "generating data", "teacher": "teacher pass", "train": "training", "done": "training"}
+
+    def __init__(self, bar, console: Console):
+        self.bar, self.console, self.tasks, self.last = bar, console, {}, None
+
+    def __call__(self, p) -> None:
+        alpha = " ".join(f"{a:.2f}" for a in p.alpha)
+        info = {"data": f"{p.prompts} prompts · {p.tokens:,} tokens",
+                "teacher": f"{p.done:.0f}/{p.total:.0f} sequences"}.get(
+            p.phase, f"step {p.step} · loss {'–' if p.loss is None else f'{p.loss:.3f}'} · α {alpha} · "
+                     f"{p.tokens:,} tokens seen")
+        name = self.PHASES[p.phase]
+        if name not in self.tasks:
+            self.tasks[name] = self.bar.add_task(name, total=p.total, info=info)
+        self.bar.update(self.tasks[name], completed=p.done if p.phase != "done" else p.total, total=p.total, info=info)
+        if not self.console.is_terminal and p.phase == "train" and p.alpha != self.last:
+            self.last = p.alpha
+            self.console.print(f"{name}: {info}", markup=False, highlight=False, soft_wrap=True)
