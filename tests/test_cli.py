@@ -200,7 +200,9 @@ def test_a_draft_that_reads_the_greedy_reference_gets_it_whatever_its_name():
         assert out.spec.stats.accept_rate == 1.0
 
 
-@pytest.mark.parametrize("module", ["specdec_cli.cli"])
+@pytest.mark.parametrize("module", ["specdec_cli.cli", "specdec_cli.requests"] + [
+    f"specdec_cli.commands.{m}" for m in ("common", "generate", "verify_exactness", "bench", "plan", "fetch", "export",
+                                          "distill", "cards")])
 def test_cli_has_no_torch_code(module):
     import importlib
     import inspect
