@@ -1,83 +1,27 @@
-"""Batched decoding (--batch N): many requests through decoding.py's loop shape at once, the
-target verifying every row in ONE forward, each row keeping its own accepted count.
+"""Batched decoding (--batch N): many requests through the one loop (decoding.decode_rows) at
+once, the target verifying every row in ONE forward, each row keeping its own accepted count.
 
-Why this design (issue 11 item 1):
-  - One proposal length d per round for the batch (the rectangle the target verifies): the max
-    of the rows' own lengths (each row's draft and schedule choose as at batch 1). A row that
-    proposed fewer is padded with id 0, fed but never verified: its verifier sees only its own
-    d_i + 1 positions, so padding can never be accepted.
-  - HF targets: a KV cache the loop owns (rows.py): per layer, K/V buffers written in place,
-    row i at columns 0..length[i]-1, a per-row mask; rolling a row back lowers its length. No
-    padding, holes or per-step copies (transformers' DynamicCache concatenated the whole cache
-    every forward; the numbers are in rows.py).
-  - Continuous batching: a new prompt is prefilled alone (batch 1, as today) and its K/V are
-    copied into a free row; rows that finish leave at once.
-  - Every row has its own draft state (`fork`: shallow copies of the draft chain; the model
-    weights are shared, the per-request state is not) and its own verifier (sampling: its own
-    generator seeded like a batch-1 request, so a row draws what it would draw alone).
-  - Any other target (the toy, test wrappers) runs `SerialRows`: a cache per row, rows fed one
-    by one. Batching the toy buys nothing; it lets every property test run on the loop.
-  - Sliding-window and other non-plain cache layers are refused (they drop old positions).
-  - Under the cost schedule the round's d is chosen for the batch (`Lengths`): a [B, d+1]
-    verify costs what it costs whichever row asked for d, so d must pay for the whole batch.
+What is batch-specific lives here: under the cost schedule the round's d is chosen for the
+whole batch (`Lengths`: a [B, d+1] verify costs what it costs whichever row asked for d, so d
+must pay for the batch); the cost of a [rows, n] verify and its matmul form are measured here
+(`rectangle_seconds`); and whole batched runs are timed (`generate_many`, `Summary`).
 """
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Iterator
 
 import torch
 
 from . import kernels
-from .decoding import GREEDY, NoDraft, Result, _elapsed, prefill, stop
-from .errors import SpecdecError
-from .metrics import Round, Stats
+from .decoding import GREEDY, NoDraft, Result, _elapsed, decode_rows
+from .rows import rows_for
 from .schedule import Cost, Probes, Scheduled, batch_length
 
 MAX_BATCH = 256
-
-
-# ---------------------------------------------------------------------------- rows of caches
-class SerialRows:
-    """Any target behind the small model interface: one cache per row, rows fed one by one."""
-
-    def __init__(self, target):
-        self.target, self.caches, self.fed = target, [], 0
-
-    def add(self, prompt: list[int]) -> int:
-        """A new last row holding prompt[:-1]; returns the forwards made."""
-        self.caches.append(self.target.new_cache())
-        return prefill(self.target, self.caches[-1], prompt)
-
-    def select(self, rows: list[int]) -> None:
-        self.caches = [self.caches[i] for i in rows]
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, S] -> logits [B, S, V]; appends S positions to every row."""
-        self.fed = ids.shape[1]
-        return torch.stack([self.target.forward(ids[i : i + 1], c) for i, c in enumerate(self.caches)])
-
-    def keep(self, kept: list[int]) -> None:
-        """Row i keeps the first kept[i] of the positions just fed."""
-        for cache, n in zip(self.caches, kept):
-            cache.crop(n - self.fed)
-
-
-def rows_for(target, card_name: str = "the target", rows: int = 1):
-    from .models import HFLM
-
-    if isinstance(target, HFLM):
-        from .rows import HFRows
-
-        if target.keep_hidden:
-            raise SpecdecError("--batch: a features draft reads the target's batch-1 hidden states; use --batch 1")
-        return HFRows(target, card_name, rows)
-    return SerialRows(target)
 
 
 # ---------------------------------------------------------------------------- one d per round
@@ -95,7 +39,7 @@ class Lengths:
         self.probes = Probes()
         self.probe = None  # (rows, price in batch steps) of the last round, if it was a probe
 
-    def pin(self, rows: list[Row], caps: list[int]) -> None:
+    def pin(self, rows: list, caps: list[int]) -> None:
         if self.probe is not None:  # the probe's outcome: its rows' last rounds
             probed_rows, price = self.probe
             tokens = sum(r.rounds[-1].accepted + 1 for r in probed_rows)
@@ -132,7 +76,7 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
 
     switch = getattr(target, "weight_major", None)
     offered = FORMS if switch is not None and kernels.can_pack(target.model) else FORMS[:2]
-    forced = {"all": "major", "packed": "packed"}.get(kernels.mode())
+    forced = {"all": "major", "packed": "packed"}.get(switch.mode if switch is not None else "off")
     forms = {n: ("linear",) if switch is None or n == 1 else (forced,) if forced else offered
              for n in range(1, widths + 1)}
     cache = rows_for(target, rows=rows)
@@ -185,96 +129,6 @@ def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:
     return Lengths(profile, batch, draft.schedule.draft_label, draft.schedule.explore)
 
 
-# ---------------------------------------------------------------------------- the rows
-def fork(draft):
-    """A draft for one row: the wrapper chain copied (a schedule's state too), models shared."""
-    twin = copy.copy(draft)
-    if hasattr(draft, "draft"):
-        twin.draft = fork(draft.draft)
-    if hasattr(draft, "schedule"):
-        twin.schedule = copy.copy(draft.schedule)
-    return twin
-
-
-@dataclass
-class Row:
-    index: int  # the prompt's place in the input
-    prompt: list[int]
-    draft: object
-    verifier: object
-    start: float
-    tokens: list[int] = field(default_factory=list)
-    out: list[int] = field(default_factory=list)
-    rounds: list[Round] = field(default_factory=list)
-    stats: Stats = field(default_factory=Stats)
-    done: bool = False
-    forwards0: int = 0
-
-    def result(self, device) -> Result:
-        self.stats.draft_forwards = self.draft.forwards - self.forwards0
-        self.stats.wall_s = _elapsed(self.start, device)  # this row's latency: entry to finish
-        return Result(self.out, self.stats, self.rounds)
-
-
-def enter(cache, target, index: int, prompt: list[int], draft, verifier) -> Row:
-    row = Row(index, prompt, draft, verifier, time.perf_counter(), list(prompt), forwards0=draft.forwards)
-    row.stats.target_forwards = cache.add(prompt)
-    draft.begin(prompt)
-    row.last = torch.tensor([prompt[-1]], device=target.device)
-    return row
-
-
-def step(cache, rows: list[Row], k: int, max_tokens: int, eos: frozenset[int], lengths=None) -> None:
-    """One round for every row: draft, one batched verify, per-row accept, per-row rollback."""
-    caps = [min(k, max_tokens - len(r.out) - 1) for r in rows]
-    if lengths is not None:
-        lengths.pin(rows, caps)
-    drafts = [r.verifier.propose(r.draft, r.tokens, cap) for r, cap in zip(rows, caps)]
-    d = max(p.shape[0] for p, _ in drafts)  # the batch's rectangle: [B, d+1]
-    ids = torch.stack([torch.cat([r.last, p, r.last.new_zeros(d - p.shape[0])]) for r, (p, _) in zip(rows, drafts)])
-    logits = cache.forward(ids)  # [B, d+1, V]
-    verdicts = [r.verifier.verify(logits[i, : p.shape[0] + 1], p, q) for i, (r, (p, q)) in enumerate(zip(rows, drafts))]
-    flat = torch.cat([torch.cat([n.view(1), e]) for n, e in verdicts]).tolist()  # the round's one host sync
-    kept, at = [], 0
-    for r, (p, _), (_, emitted) in zip(rows, drafts, verdicts):
-        n, chosen = flat[at], flat[at + 1 : at + p.shape[0] + 2]
-        at += p.shape[0] + 2
-        kept.append(n + 1)  # the cache now holds tokens + proposal[:n] for this row
-        new, r.done = stop(chosen[: n + 1], len(r.out), max_tokens, eos)
-        fresh = emitted[: len(new)]
-        r.last = fresh[-1:]
-        r.tokens += new
-        r.out += new
-        r.draft.update(r.tokens, n, fresh)
-        r.rounds.append(Round(drafted=p.shape[0], accepted=n, emitted=len(new)))
-        r.stats.observe(r.rounds[-1])
-    cache.keep(kept)
-
-
-@torch.inference_mode()
-def decode_batch(target, draft, prompts: list[list[int]], k: int, max_tokens: int, eos: frozenset[int],
-                 batch: int, verifier: Callable[[], object] = lambda: GREEDY,
-                 card_name: str = "the target", lengths: Lengths | None = None) -> Iterator[tuple[int, Result]]:
-    """decode() for many prompts, `batch` rows at a time: yields (prompt index, Result) as rows
-    finish; a waiting prompt takes a finished row's place at once (continuous batching).
-    `draft` is forked per row; `verifier()` makes each row's verifier; `lengths` (cost
-    schedule) chooses each round's d for the batch."""
-    cache = rows_for(target, card_name, batch)
-    waiting, live = deque(enumerate(prompts)), []
-    while waiting or live:
-        while waiting and len(live) < batch:
-            index, prompt = waiting.popleft()
-            live.append(enter(cache, target, index, prompt, fork(draft), verifier()))
-        step(cache, live, k, max_tokens, eos, lengths)
-        for r in live:
-            if r.done:
-                yield r.index, r.result(target.device)
-        stay = [i for i, r in enumerate(live) if not r.done]
-        if len(stay) < len(live):
-            cache.select(stay)
-            live = [live[i] for i in stay]
-
-
 def in_order(finished: Iterator[tuple[int, object]]) -> Iterator[tuple[int, object]]:
     """(index, item) in any order -> in index order, each as soon as all earlier ones are out."""
     held, following = {}, 0
@@ -286,16 +140,17 @@ def in_order(finished: Iterator[tuple[int, object]]) -> Iterator[tuple[int, obje
 
 
 # ---------------------------------------------------------------------------- with a pair
-def run(pair, prompts: list[list[int]], k: int, max_tokens: int, batch: int, draft=None) -> Iterator[tuple[int, Result]]:
+def run(pair, prompts: list[list[int]], k: int, max_tokens: int, batch: int, draft=None,
+        width: int | None = None, trace: bool = False) -> Iterator[tuple[int, Result]]:
     """The pair's target over many prompts in input order: speculative with `draft` (plain
-    decoding with draft None), greedy or sampled as the card says."""
+    decoding with draft None), greedy or sampled as the card says; `width`: pinned shapes' W."""
     from .sampling import Sampler
 
     lengths = lengths_for(pair, draft, k, batch) if draft is not None else None
     draft = draft if draft is not None else NoDraft(pair.device)
     verifier = (lambda: GREEDY) if pair.sampling.greedy else (lambda: Sampler(pair.sampling, pair.generator()))
-    return in_order(decode_batch(pair.target, draft, prompts, k, max_tokens, pair.eos, batch, verifier,
-                                 f"card {pair.card.name}", lengths))
+    return in_order(decode_rows(pair.target, draft, prompts, k, max_tokens, pair.eos, batch, verifier,
+                                f"card {pair.card.name}", lengths, width, trace=trace))
 
 
 @dataclass
@@ -334,7 +189,8 @@ def generate_many(pair, prompts: list[str], mode: str, k: int, max_tokens: int, 
     sampled = not pair.sampling.greedy
     alone = None
     if mode in ("greedy", "both") or (mode == "spec" and needs_reference(pair.draft)):
-        alone = [r for _, r in timed(run(pair, ids, 0, max_tokens, batch), summary, "sample" if sampled else "greedy", pair.device)]
+        alone = [r for _, r in timed(run(pair, ids, 0, max_tokens, batch, width=pair.width(k)), summary,
+                                     "sample" if sampled else "greedy", pair.device)]
         if not sampled:
             for prompt_ids, r in zip(ids, alone):
                 pair.references[tuple(prompt_ids)] = r.tokens
@@ -345,7 +201,7 @@ def generate_many(pair, prompts: list[str], mode: str, k: int, max_tokens: int, 
             yield i, Generation(prompts[i], ids[i], k, r, None, sampled, peak_rss_mb()), None
         return
     pair.prepare(k)
-    for i, spec in timed(run(pair, ids, k, max_tokens, batch, pair.draft), summary, "spec", pair.device):
+    for i, spec in timed(run(pair, ids, k, max_tokens, batch, pair.draft, pair.width(k)), summary, "spec", pair.device):
         greedy = alone[i] if mode == "both" else None
         gen = Generation(prompts[i], ids[i], k, greedy, spec, sampled, peak_rss_mb())
         summary.differ += gen.diverged

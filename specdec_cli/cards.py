@@ -31,6 +31,8 @@ DRAFT_KINDS = ("model", "prompt-lookup", "early-exit", "toy", "synthetic", "feat
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZE = ("none", "int8")  # a model draft's weights: as loaded, or int8 nn.Linear layers (CPU)
+SHAPES = ("auto", "pinned", "free")  # decoding.shapes: auto = pinned for bfloat16/float16 and on a GPU, else free
+MATMULS = ("measure", "off", "all", "packed")  # decoding.matmuls: a CPU float32 target's matmul forms (kernels.py)
 MAX_K = 64  # beyond this a verify forward is mostly wasted work; almost surely a typo
 MAX_TOKENS = 1_000_000
 
@@ -97,6 +99,8 @@ class Card:
     top_k: int = 0  # sampling: keep the k most likely tokens (0 = off)
     top_p: float = 1.0  # sampling: keep the smallest most-likely set holding top_p of the mass (1 = off)
     seed: int = 0  # sampling: every random draw comes from a generator seeded with this
+    shapes: str = "auto"  # pinned: every decode forward [rows, k+1] over a fixed KV buffer (bitwise exact); free
+    matmuls: str = "measure"  # the forward policy's matmul forms (kernels.py)
     device: str = "auto"
     dtype: str = "auto"
     trust_remote_code: bool = False  # never on unless a card asks for it
@@ -188,7 +192,8 @@ TOP = {"description": _str, "target": _str, "draft": None, "decoding": None, "de
        "dtype": _choice(DTYPE_NAMES), "trust_remote_code": _bool, "revision": _str, "sources": None,
        "device_map": _device_map}
 DECODING = {"k": _int(1, MAX_K), "max_tokens": _int(1, MAX_TOKENS), "chat_template": _chat,
-            "temperature": _temperature, "top_k": _int(0, 2**31 - 1), "top_p": _top_p, "seed": _int(0, 2**63 - 1)}
+            "temperature": _temperature, "top_k": _int(0, 2**31 - 1), "top_p": _top_p, "seed": _int(0, 2**63 - 1),
+            "shapes": _choice(SHAPES), "matmuls": _choice(MATMULS)}
 DRAFT = {"kind": _choice(DRAFT_KINDS), "model": _str, "revision": _str, "layers": _int(1, 1000),
          "max_ngram": _int(1, 16), "min_ngram": _int(1, 16), "agree": _prob, "seed": _int(0, 2**63 - 1), "schedule": _choice(SCHEDULES), "adaptive": _bool,
          "weights": _str, "dtype": _choice(DTYPE_NAMES), "quantize": _choice(QUANTIZE)}

@@ -28,6 +28,12 @@ SEED = typer.Option(None, "--seed", help="Sampling: seed of every random draw (s
 SCHEDULE = typer.Option(None, "--schedule", help="Draft length per round: cost (measured: propose only what pays), "
                         "heuristic (+2 after a full accept, -1 after a miss) or fixed (k every round). Overrides the card.")
 REMEASURE = typer.Option(False, "--remeasure", help="Measure this machine's cost profile again instead of reading the cached one.")
+SHAPES = typer.Option(None, "--shapes", help="pinned: every decode forward is [rows, k+1] over a fixed KV buffer "
+                      "(greedy == speculative bitwise, in any dtype); free: [rows, d+1], the least work; auto: pinned "
+                      "for bfloat16/float16 and on a GPU, else free. Overrides the card.")
+MATMULS = typer.Option(None, "--matmuls", help="A CPU float32 target's matmul forms: measure (the cost profile keeps the "
+                       "fastest per forward shape), off (F.linear), all or packed (every verify in that form: "
+                       "exactness audits). Overrides the card.")
 BATCH = typer.Option(1, "--batch", help="Decode N prompts together (one target forward verifies every row; "
                      "continuous batching over the prompts). 1 = one prompt after another.")
 

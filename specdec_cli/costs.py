@@ -24,7 +24,6 @@ from typing import Callable
 
 import torch
 
-from . import kernels
 from .files import cache_dir, write_text_atomic
 
 VERSION = 5  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed)
@@ -201,7 +200,7 @@ def choose_weight_major(target, widths: int, context: list[int]) -> list[int]:
     switch = getattr(target, "weight_major", None)
     if switch is None or widths < 2:
         return []
-    if kernels.mode() == "all":  # an audit: every width, untimed
+    if switch.mode == "all":  # an audit: every width, untimed
         switch.widths = frozenset(range(2, widths + 1))
         return sorted(switch.widths)
     jobs = [(target, n, form) for n in range(2, widths + 1) for form in (False, True)]
@@ -228,7 +227,13 @@ def model_key(target, ref: str, revision: str | None) -> dict:
     dtype = getattr(getattr(target, "model", None), "dtype", None)
     return {"model": name, "revision": revision, "device": str(target.device),
             "dtype": str(dtype or "n/a").removeprefix("torch."), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "matmuls": kernels.mode(), "version": VERSION}
+            "torch": torch.__version__, "matmuls": matmuls(target), "version": VERSION}
+
+
+def matmuls(target) -> str:
+    """The target's matmul mode (kernels.ForwardPolicy): what its profile was measured under."""
+    switch = getattr(target, "weight_major", None)
+    return switch.mode if switch is not None else "off"
 
 
 def _path(key: dict) -> Path:
@@ -326,8 +331,7 @@ def with_batch(found: CostProfile, rows: int,
 
 
 def save(found: CostProfile) -> None:
-    if os.environ.get("SPECDEC_NO_COST_CACHE") != "1":
-        write(found)
+    write(found)
 
 
 def fixed(curve: list[float], draft_cost: float = 0.0, label: str = "draft") -> CostProfile:

@@ -1,58 +1,28 @@
-"""Few-token matmuls for the target's verify forward on a CPU.
+"""The forward policy: which shape and which matmul form each target forward takes.
 
-A verify feeds d+1 <= 9 tokens through every linear layer of the target, so each layer computes
-x @ Wᵀ for a handful of rows. On the 2-core CPUs we measured (torch 2.13, MKL), that GEMM costs
-1.6-3.5x the 1-row GEMV of a greedy step, and not monotonically in the row count, while the same
-product taken weight-major, (W @ xᵀ)ᵀ, streams the weights once and costs 0.8-1.6x for the large
-layers. Whole model, 5 new tokens after 200 (in 1-token steps): SmolLM2-135M 1.25 -> 1.09,
-Qwen2.5-Coder-1.5B 2.04 -> 1.89; at 2..4 tokens 1.6-2.7 -> 0.8-1.6. Which form is faster
-depends on the machine, the shapes and the row count, so nothing here is assumed: the cost
-profile (costs.choose_weight_major) times both for every width and keeps the faster:
-`WeightMajor.widths` holds the widths n of a one-row verify [1, n] that take W @ xᵀ, and
-`WeightMajor.rectangles` the (rows, n) of a batched verify [rows, n] (batch.rectangle_seconds).
-
-A 1-token forward (the greedy step, the one every exactness check compares with, including
-transformers' own generate) and every prefill (HFLM.forward pauses the switch when it keeps
-only the last logits, so a 5-token prompt's prefill is torch's too) always take torch's own
-F.linear, untouched. The rows W @ xᵀ returns differ from the GEMV's in the last bits,
-as the GEMM's rows already did (max 1e-5 on Qwen's down projection, either way): the fp32
-rounding class the verify-exactness runs cover.
-
-A batched verify [rows, n] (rows >= 2) has a third form: oneDNN's prepacked weights
-(torch.ops.mkldnn._reorder_linear_weight / _linear_pointwise, what torch.compile's CPU backend
-runs after freezing). Each layer's weight is reordered once, on first use, into a blocked copy
-(the target's weights twice in memory: +0.54 GB for SmolLM2-135M in fp32). On our 2-core CPU its
-matmuls for the whole SmolLM2 body and head cost 29 ms at 8 rows against F.linear's 66 and W @ xᵀ's
-45; 37 against 76 and 63 at 16 rows; 67 against 108 at 40 (benchmarks/matmul_forms.py, cold
-weights). Only float32: nothing here measured it in bfloat16. `WeightMajor.packed` holds the
-(rows, n) that take it, from the same measurement. Its rows differ from F.linear's in the last
-bits too (6.7e-5 on values of ~20).
-
-SPECDEC_WEIGHT_MAJOR=off leaves every layer to F.linear; =all switches every width 2..k+1 on
-without timing (an exactness audit of the form: each width's output depends only on its own
-form, so `all` and `off` together cover every choice the profile can make); =packed likewise
-switches every batched rectangle n >= 2 to the prepacked form.
+`ForwardPolicy` is given to the target when the pair is loaded and shown in --json
+(`forward_policy`): `shapes` (pinned: every decode-phase forward [rows, W] over a fixed KV buffer,
+bitwise-exact in any dtype; free: [rows, d+1], the least work; rows.py) and `matmuls`, how a CPU
+float32 target's linear layers compute few-token products:
+    measure  the cost profile times each forward shape in every form and keeps the fastest
+    off      torch's F.linear everywhere
+    all      W @ xᵀ at every verify width 2..k+1, untimed (an exactness audit of that form)
+    packed   oneDNN's prepacked weights at every batched rectangle, untimed (likewise)
+The forms: F.linear (x @ Wᵀ), weight-major (W @ xᵀ)ᵀ, which streams the weights once, and
+oneDNN's prepacked weights (what torch.compile's CPU backend runs after freezing). Which wins
+depends on the machine, the shapes and the row count, so nothing is assumed (docs/kernels.md
+has the measurements and the commands that made them). Every prefill keeps F.linear. The forms'
+rows differ from F.linear's in the last bits: the fp32 rounding class verify-exactness covers.
 """
 
 from __future__ import annotations
 
-import os
-from functools import partial
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from .errors import SpecdecError
-
 MODES = ("measure", "off", "all", "packed")
-
-
-def mode() -> str:
-    """SPECDEC_WEIGHT_MAJOR: measure (default), off, all or packed."""
-    value = os.environ.get("SPECDEC_WEIGHT_MAJOR", "") or "measure"
-    if value not in MODES:
-        raise SpecdecError(f"SPECDEC_WEIGHT_MAJOR: expected one of {', '.join(MODES)}, got {value!r}")
-    return value
 
 
 class WeightMajor:
@@ -61,7 +31,8 @@ class WeightMajor:
     one [rows, n] that do; `packed`, the (rows, n) that take oneDNN's prepacked weights (kept in
     `packs`, one per layer, made on first use). While `paused` (a prefill) none do."""
 
-    def __init__(self) -> None:
+    def __init__(self, mode: str = "measure") -> None:
+        self.mode = mode  # ForwardPolicy.matmuls
         self.widths: frozenset[int] = frozenset()
         self.rectangles: frozenset[tuple[int, int]] = frozenset()
         self.packed: frozenset[tuple[int, int]] = frozenset()
@@ -97,19 +68,51 @@ def can_pack(model: torch.nn.Module) -> bool:
         ops = torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
     except (AttributeError, RuntimeError):
         return False
-    weight = next((m.weight for m in model.modules() if type(m) is torch.nn.Linear), None)
+    weight = next((m.weight for m in model.modules() if type(m) in (torch.nn.Linear, SwitchedLinear)), None)
     return (all(ops) and torch.backends.mkldnn.is_available() and weight is not None
             and weight.device.type == "cpu" and weight.dtype == torch.float32)
 
 
-def install(model: torch.nn.Module) -> WeightMajor:
-    """Route every nn.Linear of `model` through `_linear` (per instance: nothing else changes).
-    With no widths set, that is F.linear exactly."""
-    switch = WeightMajor()
-    for module in model.modules():
-        if type(module) is torch.nn.Linear:  # not the int8 or other subclasses
-            module.forward = partial(_linear, module, switch)
+class SwitchedLinear(torch.nn.Linear):
+    """An nn.Linear whose forward asks the policy's switch which form to compute in. It shares
+    the original layer's weight and bias (tied weights stay tied)."""
+
+    def __init__(self, layer: torch.nn.Linear, switch: WeightMajor):
+        torch.nn.Module.__init__(self)
+        self.in_features, self.out_features = layer.in_features, layer.out_features
+        self.weight, self.bias, self.switch = layer.weight, layer.bias, switch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _linear(self, self.switch, x)
+
+
+def install(model: torch.nn.Module, mode: str = "measure") -> WeightMajor:
+    """Replace every plain nn.Linear of `model` by a SwitchedLinear on one new switch (module
+    surgery, as quantize_dynamic does: no method of a layer is rebound). With no widths set,
+    that is F.linear exactly."""
+    switch = WeightMajor(mode)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:  # not the int8 or other subclasses
+                setattr(parent, name, SwitchedLinear(child, switch))
+            elif type(child) is SwitchedLinear:  # installed before: the new switch decides now
+                child.switch = switch
     return switch
+
+
+@dataclass
+class ForwardPolicy:
+    """What shape and matmul form each of the target's forwards takes (module doc)."""
+
+    shapes: str  # pinned | free
+    matmuls: str  # measure | off | all | packed (a CPU float32 target's forms; "off" elsewhere)
+    switch: WeightMajor | None = None  # the forms chosen so far, per forward shape
+
+    def as_dict(self) -> dict:
+        s = self.switch
+        forms = {} if s is None else {"weight_major": sorted(s.widths), "rectangles_weight_major": sorted(map(list, s.rectangles)),
+                                      "rectangles_packed": sorted(map(list, s.packed))}
+        return {"shapes": self.shapes, "matmuls": self.matmuls, **forms}
 
 
 def _linear(layer: torch.nn.Linear, switch: WeightMajor, x: torch.Tensor) -> torch.Tensor:

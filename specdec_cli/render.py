@@ -25,7 +25,8 @@ def result_json(result: Result, tokenizer, rounds: bool) -> dict:
 
 def generation_json(gen, pair) -> dict:
     out = {"card": pair.card.name, "prompt": gen.prompt, "prompt_tokens": len(gen.prompt_ids), "k": gen.k,
-           "draft": pair.draft.name, "device": str(pair.device), "dtype": pair.dtype_name}
+           "draft": pair.draft.name, "device": str(pair.device), "dtype": pair.dtype_name,
+           "shapes": pair.shapes, "forward_policy": pair.policy.as_dict()}
     if gen.sampled:
         c = pair.card
         out["sampling"] = {"temperature": c.temperature, "top_k": c.top_k, "top_p": c.top_p, "seed": c.seed}

@@ -126,11 +126,14 @@ class VerifyRequest:
     samples: int = 200
     positions: int = 2
     alpha: float = 0.01
+    bitwise: bool = False  # compare the target's logits too
+    batch: int = 1  # prompts decoded together
     k_list: list[int] | None = field(init=False)
     specs: list[DraftSpec] = field(init=False)
 
     def __post_init__(self):
         self.k_list = parse_ks(self.ks) if self.ks is not None else None
+        check_batch(self.batch)
         check("command line", "--samples", self.samples, _int(10, 10_000_000))
         check("command line", "--positions", self.positions, _int(1, 64))
         if not 0 < self.alpha < 1:

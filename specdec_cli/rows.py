@@ -1,73 +1,131 @@
-"""A transformers target's batch rows in a KV cache the loop owns (batch.py's HF path).
+"""The KV cache the decode loop owns: B >= 1 rows, each at its own length; rollback = lower a length.
 
-Why not transformers' DynamicCache with left padding: every forward it concatenates the whole
-cache per layer (torch.cat: 34 % of the self CPU time of a batch-8 greedy run under torch's
-profiler), and rows that reject different amounts of a verify leave holes that widen every
-later attention, or force re-packing. On our 2-core CPU (batch 8, 21 suite prompts, medians of
-3 alternating passes) this cache left greedy where it was (53.3 -> 52.9 tok/s) and took
-speculative from 67.0 to 78.0 tok/s. Here each layer keeps K and V in buffers [rows, H, capacity, D] written in
-place; row i owns columns 0..length[i]-1, position ids are columns, and a forward's mask shows
-query s of row i the columns j <= length[i] + s. Rolling back is lowering a length.
+`HFRows` serves a transformers target. Each layer keeps K and V in buffers [rows, H, capacity, D]
+written in place; row i owns columns 0..length[i]-1, position ids are columns, and a forward's
+mask shows query s of row i the columns j <= length[i] + s (and, in a sliding-window layer, only
+the last `window` of them). Why not transformers' DynamicCache: it concatenates the whole cache
+every forward, and rows that reject different amounts of a verify would leave holes.
+
+Shapes (the forward policy's `shapes`, docs/shapes.md):
+  free    a forward is [live rows, d+1] over the columns in use: the least work;
+  pinned  every decode-phase forward is [rows, W] over all `capacity` columns: the round's tokens,
+          then padding (outputs dropped, cache entries overwritten by the next forward), rows
+          that are not live padded too. One shape means the same kernels every time, so a
+          position's logits are bitwise the same decoded alone (greedy) or inside a verify.
+`SerialRows` serves any other target behind the small model interface (the toy, plan's replay):
+a cache per row, rows fed one by one.
 """
 
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 
 import torch
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from .decoding import prefill
 from .errors import SpecdecError
+
+PAD = 0  # the id that fills a pinned forward's unused slots (any id will do: its outputs are dropped)
+
+
+def prefill(lm, cache, prompt: list[int]) -> int:
+    """Cache every prompt token but the last (the first round feeds it). Returns forwards made."""
+    if len(prompt) < 2:
+        return 0
+    lm.forward(torch.tensor([prompt[:-1]], device=lm.device), cache, keep=1)  # logits unused
+    return 1
+
+
+class SerialRows:
+    """Any target behind the small model interface: one cache per row, rows fed one by one.
+    Pinned (`width` W): each row's forward is padded to W tokens, as HFRows pads."""
+
+    def __init__(self, target, width: int | None = None):
+        self.target, self.width, self.caches, self.fed = target, width, [], 0
+
+    def add(self, prompt: list[int], prefix=None) -> int:
+        """A new last row holding prompt[:-1] (a copy of `prefix` when given); returns the forwards made."""
+        if prefix is not None:
+            self.caches.append(copy.deepcopy(prefix))
+            return 0
+        self.caches.append(self.target.new_cache())
+        return prefill(self.target, self.caches[-1], prompt)
+
+    def select(self, rows: list[int]) -> None:
+        self.caches = [self.caches[i] for i in rows]
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, S] -> logits [B, S, V]; appends S positions (W when pinned) to every row."""
+        s = ids.shape[1]
+        if self.width is not None:
+            ids = torch.cat([ids, ids.new_full((ids.shape[0], self.width - s), PAD)], 1)
+        self.fed = ids.shape[1]
+        return torch.stack([self.target.forward(ids[i : i + 1], c)[:s] for i, c in enumerate(self.caches)])
+
+    def keep(self, kept: list[int]) -> None:
+        """Row i keeps the first kept[i] of the positions just fed."""
+        for cache, n in zip(self.caches, kept):
+            cache.crop(n - self.fed)
 
 
 class RowLayer(DynamicLayer):
     """One decoder layer of HFRows' cache: K and V buffers [rows, H, capacity, D] written in
     place. `update` writes each row's new positions at that row's own columns (rows.at) and
-    hands attention the first rows.width columns: a view, no copy."""
+    hands attention the first rows.columns columns: a view, no copy."""
 
     def __init__(self, rows: HFRows, keys: torch.Tensor, values: torch.Tensor):
         super().__init__()
         self.rows, self.keys, self.values, self.is_initialized = rows, keys, values, True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        b, width = key_states.shape[0], self.rows.width
+        b, width = key_states.shape[0], self.rows.columns
         at = self.rows.at.to(key_states.device).expand_as(key_states)  # device_map: auto spreads the layers
         self.keys[:b].scatter_(2, at, key_states)
         self.values[:b].scatter_(2, at, value_states)
         return self.keys[:b, :, :width], self.values[:b, :, :width]
 
     def get_seq_length(self) -> int:
-        return self.rows.width
+        return self.rows.columns
 
 
 class HFRows:
-    """An HFLM's rows (see the module doc): add, select, forward [B, S], keep, as SerialRows."""
+    """An HFLM's rows (see the module doc): add, select, forward [B, S], keep."""
 
-    COLUMNS = 64  # the buffers' first width; they double when a forward needs more
+    COLUMNS = 64  # free shapes: the buffers' first width; they double when a forward needs more
 
-    def __init__(self, lm, card_name: str = "the target", rows: int = 1):
-        self.lm, self.width, self.lengths = lm, 0, []
-        probe = lm.new_cache()
-        odd = sorted({type(layer).__name__ for layer in probe.layers if type(layer) is not DynamicLayer})
-        if odd:
-            raise SpecdecError(f"--batch: {card_name}: the target's cache has {', '.join(odd)} layers (sliding window "
-                               "or other non-plain attention), which batched decoding does not support; use --batch 1")
+    def __init__(self, lm, card_name: str = "the target", rows: int = 1, width: int | None = None,
+                 capacity: int | None = None):
+        self.lm, self.columns, self.lengths = lm, 0, []
+        self.width, self.rows = width, rows  # pinned: every forward [rows, width] over `capacity` columns
+        problem = unsupported(lm)
+        if problem:
+            raise SpecdecError(f"{card_name}: {problem}")
         self.attention = lm.config._attn_implementation
-        if self.attention not in ("sdpa", "eager"):
-            raise SpecdecError(f"--batch: {card_name}: attention {self.attention!r} takes no per-row mask here; "
-                               "batched decoding runs sdpa or eager attention; use --batch 1")
+        probe = lm.new_cache()
+        text = lm.config.get_text_config(decoder=True)
+        self.window = getattr(text, "sliding_window", None)
+        kinds = {type(layer) is DynamicSlidingWindowLayer for layer in probe.layers}
+        self.sliding = "mixed" if len(kinds) == 2 else "all" if True in kinds else None  # mixed: a mask per layer type
         lm.forward(torch.zeros(1, 1, dtype=torch.long, device=lm.device), probe)  # shapes and dtypes per layer
+        first = capacity if width is not None else self.COLUMNS
         self.cache = lm.new_cache()
-        self.cache.layers = [RowLayer(self, *(t.new_zeros(rows, t.shape[1], self.COLUMNS, t.shape[3])
+        self.cache.layers = [RowLayer(self, *(t.new_zeros(rows, t.shape[1], first, t.shape[3])
                                               for t in (layer.keys, layer.values))) for layer in probe.layers]
+
+    @property
+    def capacity(self) -> int:
+        return self.cache.layers[0].keys.shape[2]
 
     def _reserve(self, rows: int, width: int) -> None:
         """Buffers for at least `rows` rows and `width` columns (doubling, old contents kept)."""
         have = self.cache.layers[0].keys
         if rows <= have.shape[0] and width <= have.shape[2]:
             return
+        if self.width is not None:  # pinned: one capacity, fixed when the request's size was known
+            raise SpecdecError(f"pinned KV buffer of {have.shape[0]} rows x {have.shape[2]} columns is too small "
+                               f"for {rows} rows x {width} columns")
         rows, width = max(rows, have.shape[0]), max(width, 2 * have.shape[2])
         for layer in self.cache.layers:
             for name in ("keys", "values"):
@@ -76,18 +134,23 @@ class HFRows:
                 new[: old.shape[0], :, : old.shape[2]] = old
                 setattr(layer, name, new)
 
-    def add(self, prompt: list[int]) -> int:
-        alone = self.lm.new_cache()
-        forwards = prefill(self.lm, alone, prompt)
+    def add(self, prompt: list[int], prefix=None) -> int:
+        """A new last row holding prompt[:-1]: prefilled alone, the same way in every mode (or
+        copied from `prefix`, a cache holding that prefill). Returns the forwards made."""
+        alone, forwards = (prefix, 0) if prefix is not None else (self.lm.new_cache(), None)
+        if forwards is None:
+            forwards = prefill(self.lm, alone, prompt)
         row, n = len(self.lengths), len(prompt) - 1
         self._reserve(row + 1, n)
         if n:
             for layer, own in zip(self.cache.layers, alone.layers):
-                layer.keys[row, :, :n], layer.values[row, :, :n] = own.keys[0], own.values[0]
+                m = own.keys.shape[2]  # a sliding layer may hold only the last positions
+                layer.keys[row, :, n - m : n], layer.values[row, :, n - m : n] = own.keys[0], own.values[0]
         self.lengths.append(n)
         return forwards
 
     def select(self, rows: list[int]) -> None:
+        """Keep these rows, in this order, as rows 0..len(rows)-1."""
         width = max((self.lengths[i] for i in rows), default=0)
         index = torch.tensor(rows, dtype=torch.long)
         for layer in self.cache.layers:
@@ -97,35 +160,81 @@ class HFRows:
         self.lengths = [self.lengths[i] for i in rows]
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, S] -> logits [B, S, V]: each row's S positions at its own columns."""
+        """ids [B, S] -> logits [B, S, V]: each row's S positions at its own columns (pinned: fed
+        as [rows, W], padded)."""
+        b, s = ids.shape
+        lengths = self.lengths
+        if self.width is not None:
+            ids = torch.cat([ids, ids.new_full((b, self.width - s), PAD)], 1)
+            ids = torch.cat([ids, ids.new_full((self.rows - b, self.width), PAD)])
+            lengths = lengths + [0] * (self.rows - b)  # rows not live: padding at their own columns
         fed = ids.shape[1]
-        positions = torch.tensor(self.lengths, device=ids.device)[:, None] + torch.arange(fed, device=ids.device)
-        self.width = max(self.lengths) + fed
-        self._reserve(len(self.lengths), self.width)
+        positions = torch.tensor(lengths, device=ids.device)[:, None] + torch.arange(fed, device=ids.device)
+        self.columns = self.capacity if self.width is not None else max(lengths) + fed
+        self._reserve(len(lengths), max(lengths) + fed)
         self.at = positions[:, None, :, None]  # [B, 1, S, 1]: where each new position is written
-        mask = torch.arange(self.width, device=ids.device) <= self.at  # [B, 1, S, width]
-        if self.attention == "eager":  # eager adds its mask to the scores
-            mask = torch.zeros(mask.shape, dtype=self.cache.layers[0].keys.dtype, device=ids.device).masked_fill(
-                ~mask, torch.finfo(self.cache.layers[0].keys.dtype).min)
+        column = torch.arange(self.columns, device=ids.device)
+        visible = column <= self.at  # [B, 1, S, columns]
+        mask = self._mask(visible)
+        if self.sliding:  # a sliding layer sees only the last `window` columns
+            window = self._mask(visible & (column > self.at - self.window))
+            mask = {"full_attention": mask, "sliding_attention": window} if self.sliding == "mixed" else window
         with _grouped_attention(ids.device.type == "cpu"):
-            out = self.lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=self.cache, use_cache=True)
-        return out.logits
+            logits = self.lm.run(ids, self.cache, start=lengths[0], attention_mask=mask, position_ids=positions)
+        return logits[:b, :s]
+
+    def _mask(self, visible: torch.Tensor) -> torch.Tensor:
+        if self.attention != "eager":
+            return visible
+        dtype = self.cache.layers[0].keys.dtype  # eager adds its mask to the scores
+        return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill(~visible, torch.finfo(dtype).min)
 
     def keep(self, kept: list[int]) -> None:
         """Row i keeps the first kept[i] fed positions (the rest are written over next time)."""
         self.lengths = [n + k for n, k in zip(self.lengths, kept)]
 
 
+def unsupported(lm) -> str | None:
+    """Why HFRows cannot hold this transformers model's cache (None: it can)."""
+    attention = lm.config._attn_implementation
+    if attention not in ("sdpa", "eager"):
+        return f"attention {attention!r} takes no per-row mask here (specdec's KV cache runs sdpa or eager attention)"
+    odd = sorted({type(layer).__name__ for layer in lm.new_cache().layers
+                  if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer)})
+    if odd:
+        return (f"the cache has {', '.join(odd)} layers (neither full nor sliding-window attention), "
+                "which specdec's KV cache cannot hold")
+    return None
+
+
+def rows_for(target, card_name: str = "the target", rows: int = 1, width: int | None = None,
+             capacity: int | None = None):
+    """The loop's cache for `target`: HFRows for a transformers model, SerialRows otherwise (and
+    for a transformers model HFRows cannot hold, one request at a time in free shapes: its own
+    cache, rolled back with crop). `width` W pins every forward to [rows, W] over `capacity`
+    columns (None: free shapes)."""
+    from .models import HFLM
+
+    if not isinstance(target, HFLM):
+        return SerialRows(target, width)
+    problem = unsupported(target)
+    if problem and rows == 1 and width is None:
+        return SerialRows(target, width)
+    if problem and rows > 1:
+        raise SpecdecError(f"--batch: {card_name}: {problem}; use --batch 1")
+    if target.keep_hidden and rows > 1:
+        raise SpecdecError("--batch: a features draft reads the target's batch-1 hidden states; use --batch 1")
+    return HFRows(target, card_name, rows, width, capacity)
+
+
 @contextmanager
 def _grouped_attention(on: bool):
     """transformers' sdpa, given a mask and S > 1 queries, copies K and V once per query head
-    (repeat_kv), or with TRANSFORMERS_SDPA_FORCE_GQA calls sdpa's enable_gqa. Here each key/value
-    head's G query heads ride in the query dimension instead ([B, H, S, D] -> [B, KV, G*S, D], the
-    mask repeated to match), which transformers' own pack_gqa does for one query: the cache is
-    read in place, by one plain sdpa call per layer. On a CPU (torch 2.13, 8 rows x 2 queries x
-    264 columns) 208 µs per layer against enable_gqa's 445 and repeat_kv's 493; outputs differ
-    from enable_gqa's by 4e-7, the fp32 rounding class. Not on a GPU, where sdpa's fused
-    kernels take GQA with a mask their own way."""
+    (repeat_kv). Here each key/value head's G query heads ride in the query dimension instead
+    ([B, H, S, D] -> [B, KV, G*S, D], the mask repeated to match), as transformers' own
+    pack_gqa does for one query: the cache is read in place, by one plain sdpa call per layer
+    (docs/kernels.md has the timings). Not on a GPU, where sdpa's fused kernels take GQA with
+    a mask their own way."""
     if not on:
         yield
         return

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .decoding import NoDraft, Result, decode, start_cache  # noqa: F401  (start_cache: re-exported)
+from .decoding import NoDraft, Result, decode
 
 
 @dataclass(frozen=True)
@@ -114,17 +114,18 @@ class Sampler:
 
 
 def sample_decode(target, prompt: list[int], max_tokens: int, eos: frozenset[int], settings: Sampling,
-                  generator: torch.Generator, prefix=None) -> Result:
+                  generator: torch.Generator, prefix=None, width: int | None = None) -> Result:
     """The target alone, one token per forward, drawn from its warped distribution: the
     reference speculative_sample must match in distribution."""
-    result = decode(target, NoDraft(target.device), prompt, 0, max_tokens, eos, Sampler(settings, generator), prefix)
+    result = decode(target, NoDraft(target.device), prompt, 0, max_tokens, eos, Sampler(settings, generator), prefix,
+                    width)
     return Result(result.tokens, result.stats)
 
 
 def speculative_sample(target, draft, prompt: list[int], k: int, max_tokens: int, eos: frozenset[int],
-                       settings: Sampling, generator: torch.Generator, prefix=None) -> Result:
+                       settings: Sampling, generator: torch.Generator, prefix=None, width: int | None = None) -> Result:
     """Speculative sampling: the output is distributed as sample_decode's."""
-    return decode(target, draft, prompt, k, max_tokens, eos, Sampler(settings, generator), prefix)
+    return decode(target, draft, prompt, k, max_tokens, eos, Sampler(settings, generator), prefix, width)
 
 
 # ---------------------------------------------------------------------------- exact reference

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterator
 
+import torch
 import yaml
 
 from .cards import draft_spec
@@ -27,15 +28,40 @@ class Check:
     spec_tokens: list[int]
     greedy_tokens: list[int]
     first_divergence: dict | None
+    shapes: str = "free"
+    logits: dict | None = None  # --bitwise: logit_rows(); None when not compared
 
     @property
     def identical(self) -> bool:
         return self.spec_tokens == self.greedy_tokens
 
+    @property
+    def bitwise(self) -> bool | None:
+        return None if self.logits is None else self.logits["bitwise"]
+
+    @property
+    def passed(self) -> bool:
+        """Identical tokens, and under pinned shapes with --bitwise, bitwise-equal logits too."""
+        return self.identical and not (self.shapes == "pinned" and self.bitwise is False)
+
     def as_dict(self) -> dict:
         return {"id": self.id, "k": self.k, "draft": self.draft, "prompt_tokens": self.prompt_tokens,
-                "spec_tokens": self.spec_tokens, "greedy_tokens": self.greedy_tokens,
-                "identical": self.identical, "first_divergence": self.first_divergence}
+                "spec_tokens": self.spec_tokens, "greedy_tokens": self.greedy_tokens, "shapes": self.shapes,
+                "identical": self.identical, "first_divergence": self.first_divergence, **(self.logits or {})}
+
+
+def logit_rows(greedy: list, spec: list) -> dict:
+    """Compare the target's logits row by row at every emitted position both runs share (up to
+    their first token divergence): {bitwise, and on a difference bitwise_divergence: the first
+    position and the largest absolute difference there, and over all positions}."""
+    pairs = list(zip(greedy, spec))
+    first = next((i for i, (g, s) in enumerate(pairs) if not torch.equal(g, s)), None)
+    if first is None:
+        return {"bitwise": True, "logit_rows": len(pairs)}
+    worst = max(float((g - s).abs().max()) for g, s in pairs)
+    return {"bitwise": False, "logit_rows": len(pairs),
+            "bitwise_divergence": {"index": first, "max_abs_diff": float((pairs[first][0] - pairs[first][1]).abs().max()),
+                                   "max_abs_diff_all": worst}}
 
 
 def parse_draft_option(text: str):
@@ -62,16 +88,45 @@ def first_divergence(pair: Pair, prompt_ids: list[int], greedy: list[int], spec:
             "margin": pair.top2_margin(prompt_ids + greedy[:i])}
 
 
-def verify(pair: Pair, prompts: list[Prompt], ks: list[int], drafts: list[Draft], max_tokens: int) -> Iterator[Check]:
-    """Greedy once per prompt, then every draft at every k against it."""
-    for prompt in prompts:
-        ids = pair.encode(prompt.text, max_tokens, drafts)
-        greedy = pair.greedy(ids, max_tokens).tokens
-        for draft in drafts:
-            for k in ks:
-                spec = pair.spec(ids, k, max_tokens, draft).tokens
-                yield Check(prompt.id, k, draft.name, len(ids), spec, greedy,
-                            first_divergence(pair, ids, greedy, spec))
+def verify(pair: Pair, prompts: list[Prompt], ks: list[int], drafts: list[Draft], max_tokens: int,
+           bitwise: bool = False, batch: int = 1) -> Iterator[Check]:
+    """Greedy once per prompt (pinned shapes: once per width k + 1, the shape the speculative run
+    takes), then every draft at every k against it; `bitwise` compares the logits too. `batch`
+    > 1 runs every prompt through the batched loop at once, greedy first."""
+    if batch == 1:
+        for prompt in prompts:
+            yield from _checks(pair, [prompt], ks, drafts, max_tokens, bitwise, 1)
+    else:
+        yield from _checks(pair, prompts, ks, drafts, max_tokens, bitwise, batch)
+
+
+def _checks(pair: Pair, prompts: list[Prompt], ks: list[int], drafts: list[Draft], max_tokens: int,
+            bitwise: bool, batch: int) -> Iterator[Check]:
+    ids = [pair.encode(p.text, max_tokens, drafts) for p in prompts]
+    widths = list(dict.fromkeys(pair.width(k) for k in ks))
+    greedy = {w: _run(pair, ids, 0, max_tokens, batch, None, w, bitwise) for w in widths}
+    for prompt_ids, r in zip(ids, greedy[widths[0]]):  # the synthetic draft reads the greedy reference
+        pair.references[tuple(prompt_ids)] = r.tokens
+    for draft in drafts:
+        for k in ks:
+            spec = _run(pair, ids, k, max_tokens, batch, draft, pair.width(k), bitwise)
+            for prompt, prompt_ids, g, s in zip(prompts, ids, greedy[pair.width(k)], spec):
+                yield Check(prompt.id, k, draft.name, len(prompt_ids), s.tokens, g.tokens,
+                            first_divergence(pair, prompt_ids, g.tokens, s.tokens), pair.shapes,
+                            logit_rows(g.logits, s.logits) if bitwise else None)
+
+
+def _run(pair: Pair, ids: list[list[int]], k: int, max_tokens: int, batch: int, draft, width, trace: bool) -> list:
+    """Results for every prompt in input order: plain greedy (draft None) or speculative."""
+    if batch > 1:
+        from .batch import run
+
+        if draft is not None:
+            pair.prepare(k, draft)
+        return [r for _, r in run(pair, ids, k, max_tokens, batch, draft, width, trace)]
+    if draft is None:
+        return [pair.greedy(p, max_tokens, k=(width - 1) if width else None, trace=trace) for p in ids]
+    return [pair.spec(p, k, max_tokens, draft, trace=trace) for p in ids]
 
 
 # ---------------------------------------------------------------------------- sampling (T > 0)

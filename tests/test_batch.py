@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdec_cli import costs, kernels
-from specdec_cli.batch import Lengths, decode_batch, in_order, rectangle_seconds
+from specdec_cli.batch import Lengths, in_order, rectangle_seconds
+from specdec_cli.decoding import decode_rows as decode_batch
 from specdec_cli.decoding import NoDraft, greedy_decode
 from specdec_cli.drafts import ModelDraft, PromptLookupDraft
 from specdec_cli.errors import SpecdecError
@@ -23,7 +24,7 @@ from specdec_cli.sampling import Sampler, Sampling, speculative_sample
 from specdec_cli.schedule import Cost, Scheduled, lookup_prior
 from specdec_cli.toy import ToyLM
 
-from .conftest import DATA, parse_json_lines
+from .conftest import DATA, parse_json_lines, transformers_greedy
 from .test_decoding import noisy_twins
 from .test_properties import DRAFTS, make_draft
 from .toys import reference
@@ -157,7 +158,7 @@ def test_rectangle_seconds_times_every_form_only_for_speculative_rectangles(twin
     """Each [rows, n >= 2] rectangle is timed in the three forms (the switch holds (rows, n)
     in `rectangles` while W @ xᵀ is timed, in `packed` while the prepacked weights are, and is
     restored after; prepacked copies that were not chosen are freed); n = 1 stays F.linear.
-    Under SPECDEC_WEIGHT_MAJOR=all every such n is W @ xᵀ, under =packed every one prepacked."""
+    Under matmuls: all every such n is W @ xᵀ, under packed every one prepacked."""
     target, _ = twins
     lm = HFLM(target.model)
     lm.weight_major = kernels.install(lm.model)
@@ -177,9 +178,9 @@ def test_rectangle_seconds_times_every_form_only_for_speculative_rectangles(twin
     for n in (2, 3, 4):
         assert ({(3, n)}, frozenset()) in seen and (frozenset(), {(3, n)}) in seen
     assert not any((3, 1) in r | p for r, p in seen)  # n = 1: never
-    monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "all")
+    lm.weight_major.mode = "all"
     assert rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)[1:] == ([2, 3, 4], [])
-    monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "packed")
+    lm.weight_major.mode = "packed"
     assert rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)[1:] == ([], [2, 3, 4])
     assert lm.weight_major.packs  # chosen: the copies stay for the run
 
@@ -289,7 +290,7 @@ def test_tiny_llama_rows_equal_batch_1_greedy_with_every_rectangle_in_another_fo
         setattr(lm.weight_major, form, frozenset((rows, n) for rows in range(2, 4) for n in range(1, 6)))
         got = dict(decode_batch(lm, ModelDraft(noisy, target.vocab_size), PROMPTS, 4, 40, frozenset(), 3))
         assert form == "rectangles" or len(lm.weight_major.packs) == len(
-            [m for m in lm.model.modules() if type(m) is torch.nn.Linear])  # every layer packed once
+            [m for m in lm.model.modules() if type(m) is kernels.SwitchedLinear])  # every layer packed once
     finally:
         setattr(lm.weight_major, form, frozenset())
     assert [got[i].tokens for i in range(len(PROMPTS))] == expected
@@ -333,10 +334,13 @@ def test_grouped_attention_leaves_the_attention_registry_as_it_found_it(twins):
         AttentionInterface.register("sdpa", plain)
 
 
-def test_sliding_window_target_is_refused():
-    target, _ = load(parse_ref("random:tiny-mistral-swa.json", DATA), CPU, torch.float32)
-    with pytest.raises(SpecdecError, match="--batch: .*DynamicSlidingWindowLayer.*use --batch 1"):
-        list(decode_batch(target, NoDraft(CPU), [[1, 2]], 1, 4, frozenset(), 2))
+def test_sliding_window_rows_equal_transformers_generate(one_thread):
+    """Sliding-window layers (window 8) in the loop's own cache: every column is kept, the mask
+    hides what the window drops; prompts longer and shorter than the window, batched."""
+    target, draft = noisy_twins(DATA / "tiny-mistral-swa.json", seed=2)
+    expected = [transformers_greedy(target, p, 30) for p in PROMPTS]
+    got = dict(decode_batch(target, ModelDraft(draft, target.vocab_size), PROMPTS, 4, 30, frozenset(), 3))
+    assert [got[i].tokens for i in range(len(PROMPTS))] == expected
 
 
 # ---------------------------------------------------------------------------- the CLI

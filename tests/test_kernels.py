@@ -24,8 +24,9 @@ NO_EOS = frozenset()
 @pytest.mark.parametrize("shape", [(1, 5, 48), (3, 48), (2, 4, 48)])
 def test_weight_major_equals_f_linear_up_to_rounding_and_only_where_switched_on(bias, shape):
     torch.manual_seed(0)
-    layer = torch.nn.Linear(48, 80, bias=bias)
-    switch = kernels.install(torch.nn.Sequential(layer))
+    model = torch.nn.Sequential(torch.nn.Linear(48, 80, bias=bias))
+    switch = kernels.install(model)
+    layer = model[0]
     x = torch.randn(*shape)
     rows = x.numel() // 48
     batched = len(shape) == 3 and shape[0] > 1  # [2, 4, 48]: a batch's rectangle, keyed (2, 4), not 8
@@ -50,9 +51,10 @@ def test_weight_major_equals_f_linear_up_to_rounding_and_only_where_switched_on(
 @pytest.mark.parametrize("bias", [False, True])
 def test_prepacked_equals_f_linear_up_to_rounding_only_for_its_rectangles_and_packs_once(bias):
     torch.manual_seed(0)
-    layer = torch.nn.Linear(48, 80, bias=bias)
-    switch = kernels.install(torch.nn.Sequential(layer))
-    assert kernels.can_pack(torch.nn.Sequential(layer))
+    model = torch.nn.Sequential(torch.nn.Linear(48, 80, bias=bias))
+    switch = kernels.install(model)
+    layer = model[0]
+    assert kernels.can_pack(model)
     x = torch.randn(3, 4, 48)  # a [3, 4] rectangle
     reference = F.linear(x, layer.weight, layer.bias)
     switch.packed = frozenset({(3, 5), (2, 4)})
@@ -82,10 +84,13 @@ def test_install_routes_plain_linear_layers_only():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
     quantized = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(8, 8)), {torch.nn.Linear},
                                                        dtype=torch.qint8)
+    weights = [model[0].weight, model[2].weight]
     kernels.install(model)
     kernels.install(quantized)
-    assert all("forward" in vars(m) for m in model if isinstance(m, torch.nn.Linear))
-    assert "forward" not in vars(model[1]) and "forward" not in vars(quantized[0])
+    assert [type(m) for m in model] == [kernels.SwitchedLinear, torch.nn.ReLU, kernels.SwitchedLinear]
+    assert [model[0].weight, model[2].weight] == weights  # the same parameters: tied weights stay tied
+    assert type(quantized[0]) is not kernels.SwitchedLinear
+    assert not any("forward" in vars(m) for m in [*model, *quantized])  # no method rebound on any instance
 
 
 def test_choice_keeps_the_widths_measured_faster(monkeypatch):
@@ -178,14 +183,14 @@ def test_a_prefill_never_takes_weight_major_whatever_its_width(one_thread):
     assert seen and all(took for _, took in seen) and not switch.paused
 
 
-def tiny_card(write_card):
+def tiny_card(write_card, **decoding):
     return write_card({"description": "t", "target": f"random:{TINY_LLAMA}", "device": "cpu",
-                       "draft": {"kind": "prompt-lookup", "schedule": "fixed"}, "decoding": {"k": 3, "max_tokens": 12}})
+                       "draft": {"kind": "prompt-lookup", "schedule": "fixed"},
+                       "decoding": {"k": 3, "max_tokens": 12, **decoding}})
 
 
-def test_a_cpu_run_reports_the_widths_it_runs_weight_major(run, write_card, one_thread, monkeypatch):
-    monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "all")
-    r = run("generate", "-c", tiny_card(write_card), "-m", "both", "--json", "ab ab ab ab")
+def test_a_cpu_run_reports_the_widths_it_runs_weight_major(run, write_card, one_thread):
+    r = run("generate", "-c", tiny_card(write_card, matmuls="all"), "-m", "both", "--json", "ab ab ab ab")
     assert r.exit_code == 0, r.stderr
     out = parse_json_lines(r.stdout)[0]
     assert out["cost_profile"]["weight_major"] == [2, 3, 4, 5] and out["cost_profile"]["matmuls"] == "all"
@@ -196,14 +201,15 @@ def test_weight_major_off_leaves_the_target_alone(write_card, monkeypatch):
     from specdec_cli.cards import load_card
     from specdec_cli.pair import load_pair
 
-    monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "off")
-    assert load_pair(load_card(str(tiny_card(write_card)))).target.weight_major is None
-    monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "measure")
-    assert load_pair(load_card(str(tiny_card(write_card)))).target.weight_major is not None
+    off = load_pair(load_card(str(tiny_card(write_card, matmuls="off"))))
+    assert off.target.weight_major is None and off.policy.as_dict() == {"shapes": "free", "matmuls": "off"}
+    assert not any(type(m) is kernels.SwitchedLinear for m in off.target.model.modules())
+    measured = load_pair(load_card(str(tiny_card(write_card))))
+    assert measured.target.weight_major is measured.policy.switch is not None and measured.policy.matmuls == "measure"
 
 
-def test_an_unknown_weight_major_mode_is_one_error_line(run, write_card, monkeypatch):
-    monkeypatch.setenv("SPECDEC_WEIGHT_MAJOR", "fast")
-    r = run("generate", "-c", tiny_card(write_card), "hello")
+def test_an_unknown_matmuls_mode_is_one_error_line(run, write_card):
+    card = tiny_card(write_card, matmuls="fast")
+    r = run("generate", "-c", card, "hello")
     assert r.exit_code == 2
-    assert r.stderr.strip() == "Error: SPECDEC_WEIGHT_MAJOR: expected one of measure, off, all, packed, got 'fast'"
+    assert r.stderr.strip() == f"Error: {card}: decoding.matmuls: must be one of measure, off, all, packed, got 'fast'"

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from typer.core import TyperCommand
 
 from ..cards import load_card
-from ..cli import BATCH, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS, PROMPTS_FILE, TEMPERATURE, TOP_K, TOP_P, app
+from ..cli import MATMULS, SHAPES, BATCH, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS, PROMPTS_FILE, TEMPERATURE, TOP_K, TOP_P, app
 from ..files import write_text_atomic
 from ..guard import err, friendly, json_out
 from ..plot import sweep_plot
@@ -58,6 +58,8 @@ def bench(
     as_json: bool = JSON,
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
+    shapes: Optional[str] = SHAPES,
+    matmuls: Optional[str] = MATMULS,
     temperature: Optional[float] = TEMPERATURE,
     top_k: Optional[int] = TOP_K,
     top_p: Optional[float] = TOP_P,
@@ -95,7 +97,7 @@ def bench(
     if vs_transformers:
         measure.check_peer(load_card(card))  # before minutes of loading
     sampled = request.check_card(load_card(card))  # checked before the long load
-    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype, **request.sampling)
+    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, **request.sampling)
 
     c = pair.card
     peer = measure.transformers_peer(pair, c.k) if vs_transformers else None

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..cards import load_card
-from ..cli import CARD, DEVICE, DTYPE, JSON, PROMPTS_FILE, REMEASURE, app
+from ..cli import MATMULS, SHAPES, CARD, DEVICE, DTYPE, JSON, PROMPTS_FILE, REMEASURE, app
 from ..errors import SpecdecError
 from ..guard import err, friendly, json_out
 from ..requests import PlanRequest
@@ -27,6 +27,8 @@ def plan_command(
     as_json: bool = JSON,
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
+    shapes: Optional[str] = SHAPES,
+    matmuls: Optional[str] = MATMULS,
     remeasure: bool = REMEASURE,
 ):
     """Predict each draft x k x schedule's speedup on this machine before timing anything,
@@ -53,7 +55,7 @@ def plan_command(
     json_out.start(as_json, command="plan", card=card)
     base = load_card(card)
     n = max_tokens if max_tokens is not None else min(base.max_tokens, 128)
-    pair = load(card, drafts=request.specs, max_tokens=n, device=device, dtype=dtype, remeasure=remeasure)
+    pair = load(card, drafts=request.specs, max_tokens=n, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, remeasure=remeasure)
     if not pair.sampling.greedy:
         raise SpecdecError(f"card {pair.card.name}: plan predicts greedy decoding; this card samples "
                            f"(temperature {pair.card.temperature})")

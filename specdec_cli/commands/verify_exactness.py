@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from ..cli import CARD, DEVICE, DTYPE, JSON, MAX_TOKENS, PROMPTS_FILE, SEED, TEMPERATURE, TOP_K, TOP_P, app
+from ..cli import BATCH, MATMULS, SHAPES, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS, PROMPTS_FILE, SEED, TEMPERATURE, TOP_K, TOP_P, app
+from ..errors import SpecdecError
 from ..guard import err, friendly, json_out
 from ..prompts import SUITE
 from ..requests import VerifyRequest
@@ -27,6 +28,8 @@ def verify_exactness(
     as_json: bool = JSON,
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
+    shapes: Optional[str] = SHAPES,
+    matmuls: Optional[str] = MATMULS,
     temperature: Optional[float] = TEMPERATURE,
     top_k: Optional[int] = TOP_K,
     top_p: Optional[float] = TOP_P,
@@ -34,6 +37,9 @@ def verify_exactness(
     samples: int = typer.Option(200, "--samples", "-N", help="Sampling: speculative draws per prompt x draft x k (and as many plain ones)."),
     positions: int = typer.Option(2, "--positions", help="Sampling: test the joint distribution of the first 1..P generated tokens."),
     alpha: float = typer.Option(0.01, "--alpha", help="Sampling: family-wise level; each test must keep p >= alpha / tests (Bonferroni)."),
+    bitwise: bool = typer.Option(False, "--bitwise", help="Also compare the target's logits at every emitted position "
+                                 "(JSON: bitwise, and where they first differ); with pinned shapes any difference exits 1."),
+    batch_size: int = BATCH,
 ):
     """Prove speculative == greedy over prompts x k x drafts; explain any divergence.
 
@@ -53,34 +59,43 @@ def verify_exactness(
         specdec verify-exactness --prompts-file prompts.jsonl --json
 
         specdec verify-exactness --temperature 0.8 --samples 300 --positions 2
+
+        specdec verify-exactness --dtype bfloat16 --shapes pinned --bitwise -k 1,4 --batch 8
     """
     from ..pair import build_draft, check_prompts  # imports torch: only when the command runs
     from ..render import verify_table
     from ..verify import SAMPLING_PROMPTS, verify
 
     request = VerifyRequest(prompts=prompts, prompts_file=prompts_file, ks=ks, drafts=drafts,
-                            samples=samples, positions=positions, alpha=alpha)
+                            samples=samples, positions=positions, alpha=alpha, bitwise=bitwise, batch=batch_size)
     items, k_list = request.items(), request.k_list
     json_out.start(as_json, command="verify-exactness", card=card)
-    pair = load(card, drafts=request.specs, max_tokens=max_tokens, device=device, dtype=dtype,
+    pair = load(card, drafts=request.specs, max_tokens=max_tokens, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     draft_list = [build_draft(s, pair) for s in request.specs] or [pair.draft]
     if not pair.sampling.greedy:
+        for option, given in (("--bitwise", bitwise), ("--batch", batch_size > 1)):
+            if given:
+                raise SpecdecError(f"command line: {option}: compares greedy runs token by token; card "
+                                   f"{pair.card.name} samples (temperature {pair.card.temperature})")
         items = items or [p for p in SUITE if p.id in SAMPLING_PROMPTS]
         return verify_sampled(pair, items, k_list or [pair.card.k], draft_list, samples, positions, alpha, as_json)
     items, k_list = items or SUITE, k_list or [1, 2, 4, 8]
     check_prompts(pair, items, pair.card.max_tokens, draft_list)  # a bad prompt fails before any output
     checks, total = [], len(items) * len(k_list) * len(draft_list)
     with err.status("") as status:
-        for check_ in verify(pair, items, k_list, draft_list, pair.card.max_tokens):
+        for check_ in verify(pair, items, k_list, draft_list, pair.card.max_tokens, bitwise, batch_size):
             checks.append(check_)
             status.update(f"verified {len(checks)}/{total}: {check_.id} k={check_.k} {check_.draft}")
             if as_json:
                 json_out.emit(check_.as_dict())
-    failed = [c for c in checks if not c.identical]
+    failed = [c for c in checks if not c.passed]
     if not as_json:
-        out.print(verify_table(checks, f"card {pair.card.name}: speculative vs greedy, {len(items)} prompts"))
-    summary = f"{len(checks) - len(failed)}/{len(checks)} identical"
+        out.print(verify_table(checks, f"card {pair.card.name}: speculative vs greedy, {len(items)} prompts, "
+                                       f"{pair.shapes} shapes"))
+    summary = f"{sum(c.identical for c in checks)}/{len(checks)} identical ({pair.shapes} shapes)"
+    if bitwise:
+        summary += f", {sum(c.bitwise is True for c in checks)}/{len(checks)} bitwise-equal logits"
     err.print(("[green]" if not failed else "[red]") + summary + "[/]")
     if failed:
         raise typer.Exit(1)
