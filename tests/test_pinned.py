@@ -1,0 +1,149 @@
+"""Pinned shapes: in bfloat16, speculative decoding equals greedy bitwise, tokens and logits.
+
+Every decode-phase forward is [rows, W] over a KV buffer of fixed capacity (rows.py), so a
+position's logits do not depend on whether it was decoded alone or inside a verify. Tiny random
+models: Llama-shaped, Qwen2-shaped (attention biases) and Gemma-3-shaped (sliding-window layers,
+window 8, under full-attention ones), with random drafts, k, batch sizes and prompt lengths. A
+fixed case shows free shapes do diverge in bfloat16, so the pinned test cannot pass vacuously.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specdec_cli.cards import load_card
+from specdec_cli.decoding import NoDraft, decode_rows, greedy_decode, speculative_decode
+from specdec_cli.drafts import ModelDraft, OracleDraft
+from specdec_cli.errors import SpecdecError
+from specdec_cli.models import HFLM
+from specdec_cli.pair import forward_policy
+from specdec_cli.verify import logit_rows
+
+from .conftest import DATA, parse_json_lines
+from .test_decoding import noisy_twins
+
+LLAMA = Path(__file__).parents[1] / "cards" / "configs" / "tiny-llama.json"
+CONFIGS = {"llama": LLAMA, "qwen2": DATA / "tiny-qwen2.json", "gemma3": DATA / "tiny-gemma3.json"}
+NO_EOS = frozenset()
+
+
+@pytest.fixture(scope="module")
+def models():
+    """Each config's target and a noisy twin as a draft, in bfloat16."""
+    torch.set_num_threads(1)
+    out = {}
+    for name, config in CONFIGS.items():
+        target, draft = noisy_twins(config, seed=1)
+        out[name] = tuple(HFLM(m.model.to(torch.bfloat16)) for m in (target, draft))
+    return out
+
+
+def random_draft(reference: dict, agree: float, seed: int):
+    """Proposes the target's own greedy token with probability `agree`, else another one."""
+    def oracle(tokens: list[int]) -> int:
+        prompt, out = next((p, o) for p, o in reference.values() if tokens[: len(p)] == p)
+        i = len(tokens) - len(prompt)
+        return out[i] if i < len(out) else 0
+
+    return OracleDraft(oracle, 512, agree, seed, torch.device("cpu"), "random")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(config=st.sampled_from(sorted(CONFIGS)), k=st.integers(1, 8), batch=st.integers(1, 3),
+       agree=st.sampled_from([0.0, 0.5, 0.9]), seed=st.integers(0, 99),
+       lengths=st.lists(st.integers(1, 20), min_size=1, max_size=4))
+def test_pinned_speculative_equals_greedy_bitwise(models, config, k, batch, agree, seed, lengths):
+    target, _ = models[config]
+    prompts = [[(seed + 7 * i + 3 * j) % 500 + 1 for j in range(n)] for i, n in enumerate(lengths)]
+    width, n = k + 1, 24
+    greedy = dict(decode_rows(target, NoDraft(target.device), prompts, 0, n, NO_EOS, batch, width=width, trace=True))
+    reference = {i: (prompts[i], greedy[i].tokens) for i in greedy}
+    spec = dict(decode_rows(target, random_draft(reference, agree, seed), prompts, k, n, NO_EOS, batch,
+                            width=width, trace=True))
+    for i in range(len(prompts)):
+        assert spec[i].tokens == greedy[i].tokens
+        assert logit_rows(greedy[i].logits, spec[i].logits) == {"bitwise": True, "logit_rows": n}
+
+
+@pytest.mark.parametrize("config", ["llama", "qwen2"])
+def test_free_shapes_drift_in_bfloat16_where_pinned_ones_do_not(models, config):
+    """The contrast: a noisy-twin draft on the same prompt. Free shapes (1-token steps, (d+1)-token
+    verifies) give logits that differ in the last bits, and here the tokens part too."""
+    target, draft = models[config]
+    prompt = list(range(3, 15))
+    runs = {}
+    for width in (None, 5):
+        greedy = greedy_decode(target, prompt, 80, NO_EOS, width=width, trace=True)
+        spec = speculative_decode(target, ModelDraft(draft, 512), prompt, 4, 80, NO_EOS, width=width, trace=True)
+        runs[width] = (greedy.tokens == spec.tokens, logit_rows(greedy.logits, spec.logits))
+        assert 0 < spec.stats.accept_rate < 1  # real rejections: rollback under both shapes
+    identical, rows = runs[None]
+    assert not identical and not rows["bitwise"] and rows["bitwise_divergence"]["max_abs_diff_all"] > 0
+    assert runs[5] == (True, {"bitwise": True, "logit_rows": 80})
+
+
+def test_pinned_sliding_window_crosses_the_window_bitwise(models):
+    """Gemma-3-like: sliding layers (window 8) under full ones, a prompt of 30 tokens, 60 more."""
+    target, draft = models["gemma3"]
+    prompt = list(range(40, 70))
+    greedy = greedy_decode(target, prompt, 60, NO_EOS, width=4, trace=True)
+    spec = speculative_decode(target, ModelDraft(draft, 512), prompt, 3, 60, NO_EOS, width=4, trace=True)
+    assert spec.tokens == greedy.tokens and logit_rows(greedy.logits, spec.logits)["bitwise"]
+
+
+# ---------------------------------------------------------------------------- from a card
+def tiny_card(write_card, **decoding):
+    return write_card({"description": "t", "target": f"random:{LLAMA}", "device": "cpu", "dtype": "bfloat16",
+                       "draft": {"kind": "early-exit", "layers": 2}, "decoding": {"k": 3, "max_tokens": 16, **decoding}})
+
+
+def test_verify_exactness_bitwise_in_bfloat16(run, write_card, one_thread):
+    r = run("verify-exactness", "-c", tiny_card(write_card), "--bitwise", "--json", "-k", "1,3", "ab cd", "x y z")
+    assert r.exit_code == 0, r.stderr
+    checks = parse_json_lines(r.stdout)
+    assert len(checks) == 4 and all(c["shapes"] == "pinned" and c["identical"] and c["bitwise"] for c in checks)
+    assert "4/4 identical (pinned shapes), 4/4 bitwise-equal logits" in r.stderr
+    batched = run("verify-exactness", "-c", tiny_card(write_card), "--bitwise", "--json", "-k", "3", "--batch", "2",
+                  "ab cd", "x y z", "a much longer prompt than the others")
+    assert batched.exit_code == 0, batched.stderr
+    assert [c["bitwise"] for c in parse_json_lines(batched.stdout)] == [True] * 3
+
+
+def test_shapes_default_and_json(run, write_card, one_thread):
+    """auto: pinned in bfloat16, free in float32 on a CPU; the JSON says which ran."""
+    for dtype, shapes in (("bfloat16", "pinned"), ("float32", "free")):
+        r = run("generate", "-c", tiny_card(write_card), "--dtype", dtype, "--json", "hello")
+        assert r.exit_code == 0, r.stderr
+        out = parse_json_lines(r.stdout)[0]
+        assert out["shapes"] == shapes and out["forward_policy"]["shapes"] == shapes and out["identical"]
+    r = run("generate", "-c", tiny_card(write_card, shapes="pinned"), "--dtype", "float32", "--json", "hello")
+    assert parse_json_lines(r.stdout)[0]["shapes"] == "pinned"
+
+
+@pytest.mark.parametrize("where", ["card", "option"])
+def test_an_unknown_shapes_value_is_one_error_line(run, write_card, where):
+    card = tiny_card(write_card, **({"shapes": "tight"} if where == "card" else {}))
+    r = run("generate", "-c", card, *(["--shapes", "tight"] if where == "option" else []), "hello")
+    assert r.exit_code == 2 and r.stdout == ""
+    field = f"{card}: decoding.shapes" if where == "card" else "command line: --shapes"
+    assert r.stderr.strip() == f"Error: {field}: must be one of auto, pinned, free, got 'tight'"
+
+
+def test_pinned_where_the_loop_cannot_own_the_cache_names_the_model_and_why(write_card, monkeypatch):
+    card = load_card(str(tiny_card(write_card, shapes="pinned")))
+    from specdec_cli.models import load, parse_ref
+
+    target, _ = load(parse_ref(card.target, card.folder), torch.device("cpu"), torch.bfloat16)
+    monkeypatch.setattr(target.model.config, "_attn_implementation", "flash_attention_2")
+    with pytest.raises(SpecdecError) as e:
+        forward_policy(card, target, torch.bfloat16)
+    assert str(e.value) == (f"{card.path}: decoding.shapes: pinned needs the KV cache specdec owns, but target "
+                            f"{card.target}: attention 'flash_attention_2' takes no per-row mask here (specdec's KV "
+                            "cache runs sdpa or eager attention); use shapes: free")
+    auto = load_card(str(tiny_card(write_card)))  # shapes: auto falls back to free there
+    assert forward_policy(auto, target, torch.bfloat16).shapes == "free"
