@@ -14,6 +14,7 @@ from ..cli import MATMULS, SHAPES, BATCH, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS,
 from ..files import write_text_atomic
 from ..guard import err, friendly, json_out
 from ..plot import sweep_plot
+from ..render import bench_csv, bench_json, bench_table, peer_table, show_table, sweep_table
 from ..requests import AGREE_SWEEP, K_SWEEP, BenchRequest
 from .common import load, out
 
@@ -92,7 +93,6 @@ def bench(
     items = request.items()
     json_out.start(as_json, command="bench", card=card)  # Ctrl-C: the rows so far + an incomplete marker
     from .. import bench as measure  # imports torch: only when the command runs
-    from ..render import bench_csv, bench_json, bench_table, peer_table, show_table, sweep_table
 
     if vs_transformers:
         measure.check_peer(load_card(card))  # before minutes of loading

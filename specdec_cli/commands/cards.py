@@ -7,6 +7,7 @@ import typer
 from ..cards import builtin_names, load_card
 from ..cli import JSON, app
 from ..guard import friendly, json_out
+from ..render import cards_table
 from .common import out
 
 cards_app = typer.Typer(invoke_without_command=True, add_completion=False, rich_markup_mode=None,
@@ -20,8 +21,6 @@ def cards(ctx: typer.Context, as_json: bool = JSON):
     """List the built-in cards (name, target, draft, description)."""
     if ctx.invoked_subcommand:
         return
-    from ..render import cards_table  # render imports torch (via decoding): `specdec cards show` skips it
-
     loaded = [load_card(name) for name in builtin_names()]
     if as_json:
         json_out.emit([{"name": c.name, "description": c.description, "target": c.target,

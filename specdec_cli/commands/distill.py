@@ -10,6 +10,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from ..cards import load_card
 from ..cli import CARD, app
 from ..guard import err, friendly
+from ..render import DistillReport
 from ..requests import DistillRequest
 from .common import load
 
@@ -40,7 +41,6 @@ def distill(
         specdec generate -c smollm2-draft/smollm2-features.yaml "Tell me about volcanoes."
     """
     from ..distill import Settings, check_out, distill as run  # imports torch: only when the command runs
-    from ..render import DistillReport
 
     request = DistillRequest(card=card, prompts_file=prompts_file, minutes=minutes, out_dir=out_dir, seed=seed,
                              steps=steps, prompts=prompts)

@@ -10,6 +10,7 @@ from ..cli import (MATMULS, SHAPES, BATCH, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS
                    TEMPERATURE, TOP_K, TOP_P, app)
 from ..guard import err, friendly, json_out
 from ..prompts import read_stdin
+from ..render import batch_summary_json, generation_json, show_generation
 from ..requests import GenerateRequest
 from .common import load, out
 
@@ -56,7 +57,6 @@ def generate(
         specdec generate --temperature 0.8 --top-p 0.95 --seed 7 "Write a haiku."
     """
     from ..pair import check_prompts, generate as run  # imports torch: only when the command runs
-    from ..render import generation_json, show_generation
 
     request = GenerateRequest(prompt=prompt, prompts_file=prompts_file, mode=mode, batch=batch_size)
     prompt, batch = request.read(read_stdin())
@@ -92,7 +92,6 @@ def generate(
 def generate_batched(pair, prompts, mode: str, batch_size: int) -> None:
     """--prompts-file with --batch N: one JSON line per prompt in input order, then a summary."""
     from ..batch import Summary, generate_many  # imports torch: only when the command runs
-    from ..render import batch_summary_json, generation_json
 
     c = pair.card
     summary = Summary(len(prompts), batch_size)

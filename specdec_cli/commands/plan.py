@@ -10,6 +10,7 @@ from ..cards import load_card
 from ..cli import MATMULS, SHAPES, CARD, DEVICE, DTYPE, JSON, PROMPTS_FILE, REMEASURE, app
 from ..errors import SpecdecError
 from ..guard import err, friendly, json_out
+from ..render import plan_table, show_table
 from ..requests import PlanRequest
 from .common import load, out
 
@@ -48,7 +49,6 @@ def plan_command(
     """
     from ..pair import check_prompts  # imports torch: only when the command runs
     from ..plan import plan
-    from ..render import plan_table, show_table
 
     request = PlanRequest(ks=ks, drafts=drafts, prompts_file=prompts_file, limit=limit)
     items = request.items()

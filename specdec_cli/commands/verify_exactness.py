@@ -11,6 +11,7 @@ from ..cli import BATCH, MATMULS, SHAPES, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS,
 from ..errors import SpecdecError
 from ..guard import err, friendly, json_out
 from ..prompts import SUITE
+from ..render import sampling_table, verify_table
 from ..requests import VerifyRequest
 from .common import load, out
 
@@ -63,7 +64,6 @@ def verify_exactness(
         specdec verify-exactness --dtype bfloat16 --shapes pinned --bitwise -k 1,4 --batch 8
     """
     from ..pair import build_draft, check_prompts  # imports torch: only when the command runs
-    from ..render import verify_table
     from ..verify import SAMPLING_PROMPTS, verify
 
     request = VerifyRequest(prompts=prompts, prompts_file=prompts_file, ks=ks, drafts=drafts,
@@ -103,8 +103,7 @@ def verify_exactness(
 
 def verify_sampled(pair, items, k_list, draft_list, samples: int, positions: int, alpha: float, as_json: bool) -> None:
     """verify-exactness at temperature > 0: one chi-square test per prompt x draft x k x 1..positions."""
-    from ..render import sampling_table  # imports torch: only when the command runs
-    from ..verify import verify_sampling
+    from ..verify import verify_sampling  # imports torch: only when the command runs
 
     c = pair.card
     settings = {"temperature": c.temperature, "top_k": c.top_k, "top_p": c.top_p, "seed": c.seed}
