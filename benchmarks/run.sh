@@ -17,7 +17,7 @@
 #   through generate --batch
 #   PAIR_EXACT_TOKENS (unset: keep benchmarks/pair-exact.jsonl as it is; about 40 CPU-minutes at 48)
 #   verify-exactness of PAIR_CARD over the whole suite at k = 1,2,4,8, at most that many tokens,
-#   with SPECDEC_WEIGHT_MAJOR=all (every verify width weight-major: covers any choice a profile makes)
+#   with --matmuls all (every verify width weight-major: covers any choice a profile makes)
 #   README_REPEATS=5: the README's first example (default card) timed greedy vs speculative
 # e.g. on a quiet or GPU machine: LIMIT=3 REPEATS=5 SWEEP_REPEATS=3 bash benchmarks/run.sh
 set -euo pipefail
@@ -89,8 +89,8 @@ check_before_load(load_card('$PAIR_CARD'))" 2>/dev/null; then  # its files are f
         --repeats "$PAIR_REPEATS" --json > "$B/pair-suite.jsonl.tmp"
   fi
   if [ -n "$PAIR_EXACT_TOKENS" ]; then
-    SPECDEC_WEIGHT_MAJOR=all SPECDEC_NO_COST_CACHE=1 \
-      "$SPECDEC" verify-exactness --card "$PAIR_CARD" -k 1,2,4,8 -n "$PAIR_EXACT_TOKENS" --json > "$B/pair-exact.jsonl.tmp"
+    "$SPECDEC" verify-exactness --card "$PAIR_CARD" --matmuls all -k 1,2,4,8 -n "$PAIR_EXACT_TOKENS" --json \
+      > "$B/pair-exact.jsonl.tmp"
     mv "$B/pair-exact.jsonl.tmp" "$B/pair-exact.jsonl"
   fi
 fi

@@ -34,8 +34,9 @@ class Lengths:
     length that would pay if every row's draft were right; a probe paid for itself when it
     gave more tokens than plain batched steps would for its price."""
 
-    def __init__(self, profile, batch: int, draft_label: str, explore: bool):
+    def __init__(self, profile, batch: int, draft_label: str, explore: bool, pinned: bool = False):
         self.profile, self.batch, self.label, self.explore = profile, batch, draft_label, explore
+        self.pinned = pinned  # pinned shapes: every round is [batch, k+1] wide whatever d
         self.probes = Probes()
         self.probe = None  # (rows, price in batch steps) of the last round, if it was a probe
 
@@ -48,7 +49,8 @@ class Lengths:
         if any(not r.rounds for r in rows):  # a request just entered: it gets its opening probe
             self.probes = Probes()
         curve, step = self.profile.batch(len(rows), self.batch)
-        v, c = (lambda n: curve[min(n, len(curve)) - 1]), self.profile.c(self.label) / step
+        widest = max(caps, default=0) + 1
+        v, c = (lambda n: curve[min(widest if self.pinned else n, len(curve)) - 1]), self.profile.c(self.label) / step
         outlooks = [r.draft.outlook(r.tokens, cap) for r, cap in zip(rows, caps)]
         d = batch_length(outlooks, c, v)
         if self.explore and self.probes.due(d):
@@ -126,7 +128,7 @@ def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:
         # has 4) the prepacked form was the fastest of the three at every row count we timed
         switch.packed = switch.packed | {(rows, n) for rows in range(2, batch + 1)
                                          for n in profile.batch_packed.get(str(batch), [])}
-    return Lengths(profile, batch, draft.schedule.draft_label, draft.schedule.explore)
+    return Lengths(profile, batch, draft.schedule.draft_label, draft.schedule.explore, draft.schedule.pinned)
 
 
 def in_order(finished: Iterator[tuple[int, object]]) -> Iterator[tuple[int, object]]:

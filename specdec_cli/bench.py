@@ -123,6 +123,16 @@ class Row:
     predicted_tokens: float = 0.0  # the cost model's expected tokens for the rounds actually run
     predicted_steps: float = 0.0  # and their cost in 1-token target steps (metrics.predict)
     prefill_steps: float = 0.0  # the prompt's prefill in target steps: greedy and speculative both pay it
+    shapes: str = "free"  # the forward shapes this run took (kernels.ForwardPolicy)
+    pinned_greedy_wall_s: float = 0.0  # pinned shapes: greedy at the same width (the exactness reference)...
+    free_greedy_wall_s: float = 0.0  # ...and free-shape greedy (what a user would otherwise run); 0: not timed
+
+    @property
+    def baseline(self) -> str:
+        """Which greedy the speedup is against: the faster of the two when both were timed."""
+        if not self.pinned_greedy_wall_s:
+            return "greedy"
+        return "pinned greedy" if self.pinned_greedy_wall_s < self.free_greedy_wall_s else "free greedy"
 
     @property
     def accept_rate(self) -> float | None:
@@ -183,7 +193,7 @@ class Row:
 
     def as_dict(self) -> dict:
         return {"row": "bench", **asdict(self), **{name: getattr(self, name) for name in (
-            "accept_rate", "agreement_est", "tokens_per_round", "greedy_tokens_per_s", "tokens_per_s",
+            "baseline", "accept_rate", "agreement_est", "tokens_per_round", "greedy_tokens_per_s", "tokens_per_s",
             "speedup", "predicted_tokens_per_round", "predicted_speedup", "theory_tokens_per_round",
             "theory_speedup")}}
 
@@ -228,7 +238,7 @@ class PeerRow:
 
 _SUMMED = ("prompts", "tokens", "baseline_tokens", "verify_rounds", "target_forwards", "draft_forwards", "drafted", "accepted",
            "rejected_rounds", "greedy_wall_s", "wall_s", "hf_tokens", "hf_wall_s", "hf_target_forwards",
-           "predicted_tokens", "predicted_steps", "prefill_steps")
+           "predicted_tokens", "predicted_steps", "prefill_steps", "pinned_greedy_wall_s", "free_greedy_wall_s")
 
 
 def summarize(rows: list) -> list:
@@ -251,6 +261,8 @@ def summarize(rows: list) -> list:
         for f in _SUMMED:
             if f in values:
                 values[f] = sum(getattr(m, f) for m in members)
+        if values.get("pinned_greedy_wall_s"):  # the faster greedy over these prompts
+            values["greedy_wall_s"] = min(values["pinned_greedy_wall_s"], values["free_greedy_wall_s"])
         out.append(type(first)(**values))
     return out
 
@@ -403,14 +415,19 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
     # Ours (card schedule, at most k): reuse a configuration's timing when it is the same draft and k.
     shared = next((i for i, c in enumerate(configs) if peer and c.draft is peer.draft and c.k == peer.k), None)
 
+    pinned = pair.shapes == "pinned"
     for prompt, ids in zip(prompts, encoded):
         greedy: list[Result] = []
+        free: list[Result] = []  # pinned shapes: free-shape greedy too, the honest baseline
         spec: list[list[Result]] = [[] for _ in configs]
         ours, hf_greedy, hf_assisted = [], [], []
         for r in range(repeats):
             where = f"{prompt.id} ({r + 1}/{repeats})"
             greedy.append(baseline(ids, max_tokens))  # first: stores the synthetic draft's reference
             tick(1, f"{where}: {'plain sampling' if sampled else 'greedy'}")
+            if pinned and not sampled:
+                free.append(pair.greedy(ids, max_tokens, free=True))
+                tick(0, f"{where}: free-shape greedy")
             for i, c in enumerate(configs):
                 spec[i].append(pair.spec(ids, c.k, max_tokens, c.draft))
                 tick(1, f"{where}: {c.draft.name} k={c.k}")
@@ -422,16 +439,22 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
                 hf_assisted.append(hf_generate(pair, ids, max_tokens, peer))
                 tick(1, f"{where}: transformers assisted")
         reference = greedy[0].tokens
-        greedy_s = statistics.median(g.stats.wall_s for g in greedy)
+        greedy_s = pinned_s = statistics.median(g.stats.wall_s for g in greedy)
+        free_s = statistics.median(g.stats.wall_s for g in free) if free else 0.0
+        if free:
+            greedy_s = min(pinned_s, free_s)
         for c, results in zip(configs, spec):
             s, rounds = results[0].stats, results[0].rounds
+            # pinned: the reference is greedy at this configuration's own width (untimed unless the card's)
+            same_as = reference if sampled or pair.width(c.k) == pair.width(pair.card.k) else pair.reference_at(ids, max_tokens, c.k)
             expected, steps = predict(rounds, s.alpha_by_position, c.draft_cost, profile.v, len(ids))
             yield Row("prompt", prompt.id, prompt.category, c.draft.name, c.k, c.agree, 1, s.tokens,
                       s.verify_rounds, s.target_forwards, s.draft_forwards, s.drafted, s.accepted,
                       sum(x.accepted < x.drafted for x in rounds), greedy_s,
                       statistics.median(x.stats.wall_s for x in results), len(reference),
-                      None if sampled else all(x.tokens == reference for x in results),
-                      c.verify_cost, c.draft_cost, c.simulated, expected, steps, profile.prefill(len(ids) - 1))
+                      None if sampled else all(x.tokens == same_as for x in results),
+                      c.verify_cost, c.draft_cost, c.simulated, expected, steps, profile.prefill(len(ids) - 1),
+                      pair.shapes, pinned_s if free else 0.0, free_s)
         if peer:
             for mode, mine, theirs in (("greedy", greedy, hf_greedy), ("assisted", ours, hf_assisted)):
                 yield PeerRow("prompt", prompt.id, prompt.category, mode, peer.label if mode == "assisted" else "",
@@ -442,13 +465,16 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
 
 
 # ---------------------------------------------------------------------------- --batch N
-def timed_pass(pair: Pair, encoded: list[list[int]], k: int, max_tokens: int, batch: int, draft=None) -> tuple[list[Result], float]:
-    """One batched pass over every prompt (batch.run): results in input order, its wall time."""
+def timed_pass(pair: Pair, encoded: list[list[int]], k: int, max_tokens: int, batch: int, draft=None,
+               width: int | None = None) -> tuple[list[Result], float]:
+    """One batched pass over every prompt (batch.run): results in input order, its wall time.
+    Pinned shapes: at width k + 1 (a greedy pass: `width`, the card's k + 1 unless given)."""
     from .batch import run as run_batch
 
+    width = width or pair.width(k if draft is not None else pair.card.k)
     _sync(pair.device)
     start = time.perf_counter()
-    results = [r for _, r in run_batch(pair, encoded, k, max_tokens, batch, draft)]
+    results = [r for _, r in run_batch(pair, encoded, k, max_tokens, batch, draft, width)]
     _sync(pair.device)
     return results, time.perf_counter() - start
 
@@ -472,8 +498,12 @@ def run_batched(pair: Pair, prompts: list[Prompt], configs: list[Config], max_to
     tick(0, "warm-up")
     warm = encoded[:batch]
     timed_pass(pair, warm, 0, min(max_tokens, WARMUP_TOKENS), batch)
-    tick(0, "batch-1 greedy references (untimed)")
-    references = [None if sampled else pair.reference(ids, max_tokens) for ids in encoded]
+    tick(0, "greedy references (untimed)")
+    if pair.shapes == "pinned":  # the reference is the batched greedy pass at each configuration's width
+        passes = {w: timed_pass(pair, encoded, 0, max_tokens, batch, width=w)[0] for w in {pair.width(c.k) for c in configs}}
+        by_width = {w: [None if sampled else x.tokens for x in results] for w, results in passes.items()}
+    else:  # free shapes: batch-1 greedy, the reference every other run is checked against
+        by_width = {None: [None if sampled else pair.reference(ids, max_tokens) for ids in encoded]}
     for c in configs:
         timed_pass(pair, warm, c.k, min(max_tokens, WARMUP_TOKENS), batch, c.draft)
     tick(0, "probing verify and draft costs")
@@ -488,6 +518,7 @@ def run_batched(pair: Pair, prompts: list[Prompt], configs: list[Config], max_to
     greedy_s = statistics.median(wall for _, wall in greedy)
     greedy_tokens = sum(len(x.tokens) for x in greedy[0][0]) or 1
     for c, passes in zip(configs, spec):
+        references = by_width[pair.width(c.k)]
         wall = statistics.median(w for _, w in passes)
         total = sum(len(x.tokens) for x in passes[0][0]) or 1
         for j, (prompt, ids) in enumerate(zip(prompts, encoded)):
@@ -499,12 +530,12 @@ def run_batched(pair: Pair, prompts: list[Prompt], configs: list[Config], max_to
             if same is False and notes is not None:
                 d = first_divergence(pair, ids, references[j], next(p[0][j].tokens for p in passes
                                                                     if p[0][j].tokens != references[j]))
-                notes.append(f"prompt {prompt.id}, {c.draft.name} k={c.k}: batch {batch} differs from batch-1 greedy "
+                notes.append(f"prompt {prompt.id}, {c.draft.name} k={c.k}: batch {batch} differs from greedy "
                              f"at token {d['index']} ({d['greedy_token']} vs {d['spec_token']}; "
                              f"target top-2 margin {d['margin']:.4g})")
             yield Row("prompt", prompt.id, prompt.category, c.draft.name, c.k, c.agree, 1, s.tokens,
                       s.verify_rounds, s.target_forwards, s.draft_forwards, s.drafted, s.accepted,
                       sum(x.accepted < x.drafted for x in rounds), greedy_s * len(base.tokens) / greedy_tokens,
                       wall * s.tokens / total, len(base.tokens), same, c.verify_cost, c.draft_cost,
-                      c.simulated, expected, steps)
+                      c.simulated, expected, steps, shapes=pair.shapes)
 

@@ -135,7 +135,7 @@ def round_(cache, live: list[Request], k: int, max_tokens: int, eos: frozenset[i
     verdicts = [r.verifier.verify(logits[i, : p.shape[0] + 1], p, q) for i, (r, (p, q)) in enumerate(zip(live, drafts))]
     flat = torch.cat([torch.cat([n.view(1), e]) for n, e in verdicts]).tolist()  # the round's one host sync
     if timed:  # a draft that learns what verifies cost (the cost schedule), at batch 1
-        timed(d + 1, time.perf_counter() - clock, len(live[0].tokens))
+        timed(cache.width or d + 1, time.perf_counter() - clock, len(live[0].tokens))  # pinned: always W wide
     kept, at = [], 0
     for i, (r, (p, _), (_, emitted)) in enumerate(zip(live, drafts, verdicts)):
         n, chosen = flat[at], flat[at + 1 : at + p.shape[0] + 2]

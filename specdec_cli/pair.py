@@ -38,6 +38,7 @@ class Pair:
     device: torch.device
     dtype: torch.dtype
     references: dict = field(default_factory=dict)  # prompt ids -> greedy tokens (synthetic drafts)
+    greedy_at: dict = field(default_factory=dict)  # (prompt ids, width, max_tokens) -> greedy tokens
     costs: cost_model.CostProfile | None = None  # measured (or read from the cache) on first use
     remeasure: bool = False  # ignore a cached cost profile once
     target_name: str | None = None  # the file or hub id the target was loaded from (the cost profile's key)
@@ -95,12 +96,24 @@ class Pair:
                 raise SpecdecError(f"draft {inner.name}: {e}") from None
         return ids
 
-    def greedy(self, prompt_ids: list[int], max_tokens: int, k: int | None = None, trace: bool = False) -> Result:
+    def greedy(self, prompt_ids: list[int], max_tokens: int, k: int | None = None, trace: bool = False,
+               free: bool = False) -> Result:
         """The target's own greedy decode: the reference for a speculative run at `k` (pinned
-        shapes: at the same width k + 1; the card's k when not given)."""
-        result = greedy_decode(self.target, prompt_ids, max_tokens, self.eos, self.width(k or self.card.k), trace)
-        self.references[tuple(prompt_ids)] = result.tokens
+        shapes: at the same width k + 1; the card's k when not given). `free`: in free shapes
+        whatever the policy (what a user would otherwise run: the honest speed baseline)."""
+        width = None if free else self.width(k or self.card.k)
+        result = greedy_decode(self.target, prompt_ids, max_tokens, self.eos, width, trace)
+        if not free:
+            self.references[tuple(prompt_ids)] = result.tokens
+            self.greedy_at[tuple(prompt_ids), width, max_tokens] = result.tokens
         return result
+
+    def reference_at(self, prompt_ids: list[int], max_tokens: int, k: int) -> list[int]:
+        """Greedy tokens at the width a speculative run at `k` takes (computed once)."""
+        key = (tuple(prompt_ids), self.width(k), max_tokens)
+        if key not in self.greedy_at:
+            self.greedy(prompt_ids, max_tokens, k)
+        return self.greedy_at[key]
 
     def spec(self, prompt_ids: list[int], k: int, max_tokens: int, draft: Draft | None = None,
              generator: torch.Generator | None = None, prefix=None, trace: bool = False) -> Result:
@@ -210,7 +223,8 @@ def build_draft(spec: DraftSpec, pair: Pair) -> Draft:
         return Scheduled(draft, Heuristic())
     prior = lookup_prior if spec.kind == "prompt-lookup" else (lambda key: 0.6)
     explore = not getattr(draft, "free", False)  # a skipped model draft learns only from probes
-    return Scheduled(draft, Cost(lambda widths: pair.cost_profile((draft,), widths), draft.name, prior, explore))
+    return Scheduled(draft, Cost(lambda widths: pair.cost_profile((draft,), widths), draft.name, prior, explore,
+                                 pinned=pair.shapes == "pinned"))
 
 
 def _build(spec: DraftSpec, pair: Pair) -> Draft:

@@ -89,7 +89,8 @@ class PlanRow:
     verify_rounds: int = 0
     drafted: int = 0
     accepted: int = 0
-    predicted_steps: float = 0.0  # the rounds' cost in 1-token target steps
+    predicted_steps: float = 0.0  # the rounds' cost in 1-token target steps (free shapes: a round costs v(d+1))
+    pinned_steps: float = 0.0  # the same rounds under pinned shapes: every round costs v(k+1), whatever d
     prefill_steps: float = 0.0  # the prompts' prefills, paid alike by greedy and speculative runs
     draft_cost: float = 0.0
     accepted_at: list[int] = field(default_factory=list)
@@ -125,13 +126,21 @@ class PlanRow:
         steps = self.predicted_steps + self.prefill_steps
         return (self.tokens + self.prefill_steps) / steps if self.predicted_steps > 0 else None
 
+    @property
+    def pinned_speedup(self) -> float | None:
+        """The same rounds with pinned shapes (bitwise-exact in any dtype), against free-shape
+        greedy, the faster plain decode (a pinned greedy step costs v(k+1), not 1)."""
+        steps = self.pinned_steps + self.prefill_steps
+        return (self.tokens + self.prefill_steps) / steps if self.pinned_steps > 0 else None
+
     def as_dict(self) -> dict:
         return {"draft": self.draft, "k": self.k, "schedule": self.schedule, "prompts": self.prompts,
                 "tokens": self.tokens, "verify_rounds": self.verify_rounds, "drafted": self.drafted,
                 "accepted": self.accepted, "draft_cost": self.draft_cost,
                 "alpha_by_position": [round(a, 4) for a in self.alpha_by_position],
                 "predicted_tokens_per_round": self.predicted_tokens_per_round,
-                "predicted_speedup": self.predicted_speedup, "recommended": self.recommended}
+                "predicted_speedup": self.predicted_speedup, "pinned_speedup": self.pinned_speedup,
+                "recommended": self.recommended}
 
 
 def configurations(specs: list[DraftSpec], ks: list[int], schedules: list[str]) -> list[tuple[DraftSpec, int]]:
@@ -157,6 +166,7 @@ def plan(pair: Pair, prompts: list[Prompt], specs: list[DraftSpec], ks: list[int
         replay = ReplayTarget(pair.target, ids + reference)
         rows[0].add(Stats(tokens=len(reference), verify_rounds=len(reference)))
         rows[0].predicted_steps += sum(profile.v(1, len(ids) + j) for j in range(len(reference)))
+        rows[0].pinned_steps = rows[0].predicted_steps  # plain greedy: free shapes, the faster plain decode
         prefill = profile.prefill(len(ids) - 1)
         rows[0].prefill_steps += prefill
         tick(f"{prompt.id}: replaying {len(configs)} configurations ({i}/{len(prompts)})")
@@ -166,6 +176,7 @@ def plan(pair: Pair, prompts: list[Prompt], specs: list[DraftSpec], ks: list[int
                 raise AssertionError(f"replay of {draft.name} diverged on {prompt.id}")
             row.add(result.stats)
             row.predicted_steps += predict(result.rounds, [], row.draft_cost, profile.v, len(ids))[1]
+            row.pinned_steps += predict(result.rounds, [], row.draft_cost, lambda n, at: profile.v(k + 1, at), len(ids))[1]
             row.prefill_steps += prefill
     max(rows, key=lambda r: (r.predicted_speedup or 0, r is rows[0])).recommended = True
     return rows, profile

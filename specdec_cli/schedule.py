@@ -159,8 +159,9 @@ class Cost:
     MIN_STEP_S = 0.01  # targets faster than this per step (toys) are not timed: timer noise would decide
 
     def __init__(self, profile: Callable[[int], object], draft_label: str, prior: Callable[[int], float],
-                 explore: bool = False):
+                 explore: bool = False, pinned: bool = False):
         self._profile, self.draft_label, self.prior, self.explore = profile, draft_label, prior, explore
+        self.pinned = pinned  # pinned shapes: every round is a [1, k+1] forward, so v(d+1) = v(k+1) for every d
         self.table: dict[int, Acceptance] = {}
         self.seen: dict[int, deque] = {}  # width -> its last verify times relative to the profile's step (kept across requests)
 
@@ -199,7 +200,7 @@ class Cost:
         if k == 0:
             return 0
         profile = self._profile(k + 1)  # v(1..k+1), measured once per machine (cached)
-        c, v = profile.c(self.draft_label), (lambda n: self.v(profile, n, context))
+        c, v = profile.c(self.draft_label), (lambda n: self.v(profile, k + 1 if self.pinned else n, context))
         d = best_length(self.acceptance(key).alphas(k), k, c, v)[0]
         opening, self.opened = not self.opened, True
         if not self.explore or not (self.probes.due(d) or opening):

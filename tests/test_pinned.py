@@ -147,3 +147,26 @@ def test_pinned_where_the_loop_cannot_own_the_cache_names_the_model_and_why(writ
                             "cache runs sdpa or eager attention); use shapes: free")
     auto = load_card(str(tiny_card(write_card)))  # shapes: auto falls back to free there
     assert forward_policy(auto, target, torch.bfloat16).shapes == "free"
+
+
+def test_bench_in_pinned_shapes_times_both_greedy_runs_and_says_which_it_beat(run, write_card, one_thread):
+    """The honest speedup: pinned greedy (the exactness reference) and free-shape greedy (what a
+    user would otherwise run) are both timed; the speedup is against the faster, named."""
+    r = run("bench", "-c", tiny_card(write_card), "--prompts-file", "-", "--repeats", "1", "--json", "--k-sweep", "2,3",
+            input='{"id": "a", "prompt": "ab cd ef"}\n{"id": "b", "prompt": "x y"}\n')
+    assert r.exit_code == 0, r.stderr
+    rows = [x for x in parse_json_lines(r.stdout) if x.get("row") == "bench"]
+    assert rows and all(x["shapes"] == "pinned" and x["identical"] for x in rows)
+    for x in rows:
+        assert x["pinned_greedy_wall_s"] > 0 and x["free_greedy_wall_s"] > 0
+        assert x["greedy_wall_s"] == min(x["pinned_greedy_wall_s"], x["free_greedy_wall_s"])
+        assert x["baseline"] == ("pinned greedy" if x["pinned_greedy_wall_s"] < x["free_greedy_wall_s"] else "free greedy")
+
+
+def test_plan_prices_pinned_rounds_beside_free_ones(run, write_card, one_thread):
+    r = run("plan", "-c", "toy", "-k", "4", "--json")
+    assert r.exit_code == 0, r.stderr
+    rows = parse_json_lines(r.stdout)
+    plain = next(x for x in rows if x["k"] == 0)
+    assert plain["pinned_speedup"] == plain["predicted_speedup"]  # plain greedy: free shapes either way
+    assert all(x["pinned_speedup"] > 0 for x in rows)
