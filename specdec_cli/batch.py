@@ -108,17 +108,17 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
             [n for n in forms if best[n] == "major"], [n for n in forms if best[n] == "packed"])
 
 
-def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:
-    """A batch-wide length choice when the draft is under the cost schedule and rows share a
-    verify (an HF target at batch > 1); None otherwise (each row's schedule decides alone)."""
+def batch_costs(pair, drafts: tuple, k: int, batch: int):
+    """The cost profile with a [batch, n] verify's cost measured (cached), and each rectangle's
+    matmul form switched on: before any batched pass, greedy or speculative, so both take the
+    same forms (pinned shapes compare them bitwise). None where rows share no forward (batch 1,
+    a target that is not a transformers model)."""
     from .costs import probe_ids, with_batch
     from .models import HFLM
 
-    if batch <= 1 or not isinstance(draft, Scheduled) or not isinstance(draft.schedule, Cost):
+    if batch <= 1 or not isinstance(pair.target, HFLM):
         return None
-    if not isinstance(pair.target, HFLM):
-        return None
-    profile = pair.cost_profile((draft,), k + 1)
+    profile = pair.cost_profile(drafts, k + 1)
     context = probe_ids(pair.target, profile.contexts[0])
     with_batch(profile, batch, lambda widths: rectangle_seconds(pair.target, batch, widths, context))
     switch = pair.target.weight_major
@@ -128,6 +128,17 @@ def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:
         # has 4) the prepacked form was the fastest of the three at every row count we timed
         switch.packed = switch.packed | {(rows, n) for rows in range(2, batch + 1)
                                          for n in profile.batch_packed.get(str(batch), [])}
+    return profile
+
+
+def lengths_for(pair, draft, k: int, batch: int) -> Lengths | None:
+    """A batch-wide length choice when the draft is under the cost schedule and rows share a
+    verify (an HF target at batch > 1); None otherwise (each row's schedule decides alone)."""
+    if not isinstance(draft, Scheduled) or not isinstance(draft.schedule, Cost):
+        return None
+    profile = batch_costs(pair, (draft,), k, batch)
+    if profile is None:
+        return None
     return Lengths(profile, batch, draft.schedule.draft_label, draft.schedule.explore, draft.schedule.pinned)
 
 
@@ -148,6 +159,8 @@ def run(pair, prompts: list[list[int]], k: int, max_tokens: int, batch: int, dra
     decoding with draft None), greedy or sampled as the card says; `width`: pinned shapes' W."""
     from .sampling import Sampler
 
+    if pair.policy.switch is not None:  # the matmul forms first, whichever pass comes first
+        batch_costs(pair, (), max(k, (width or 1) - 1, pair.card.k), batch)
     lengths = lengths_for(pair, draft, k, batch) if draft is not None else None
     draft = draft if draft is not None else NoDraft(pair.device)
     verifier = (lambda: GREEDY) if pair.sampling.greedy else (lambda: Sampler(pair.sampling, pair.generator()))

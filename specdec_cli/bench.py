@@ -126,6 +126,7 @@ class Row:
     shapes: str = "free"  # the forward shapes this run took (kernels.ForwardPolicy)
     pinned_greedy_wall_s: float = 0.0  # pinned shapes: greedy at the same width (the exactness reference)...
     free_greedy_wall_s: float = 0.0  # ...and free-shape greedy (what a user would otherwise run); 0: not timed
+    greedy_form: str = "linear"  # the matmul form the greedy steps took (kernels.py)
 
     @property
     def baseline(self) -> str:
@@ -454,7 +455,8 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
                       statistics.median(x.stats.wall_s for x in results), len(reference),
                       None if sampled else all(x.tokens == same_as for x in results),
                       c.verify_cost, c.draft_cost, c.simulated, expected, steps, profile.prefill(len(ids) - 1),
-                      pair.shapes, pinned_s if free else 0.0, free_s)
+                      pair.shapes, pinned_s if free else 0.0, free_s,
+                      pair.policy.form(1, pair.width(pair.card.k) or 1))
         if peer:
             for mode, mine, theirs in (("greedy", greedy, hf_greedy), ("assisted", ours, hf_assisted)):
                 yield PeerRow("prompt", prompt.id, prompt.category, mode, peer.label if mode == "assisted" else "",

@@ -24,9 +24,10 @@ from typing import Callable
 
 import torch
 
+from . import kernels
 from .files import cache_dir, write_text_atomic
 
-VERSION = 5  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed)
+VERSION = 6  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too)
 PROBE_REPEATS = 5  # timed forwards per width; the median is kept (see forward_seconds)
 MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
 SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 3 tries per width
@@ -42,7 +43,8 @@ class CostProfile:
     verify_s: list[list[float]]  # [context][n-1]: one forward over n new tokens
     draft_s: dict[str, float] = field(default_factory=dict)  # draft label -> seconds per proposed token
     batch_s: dict[str, list[float]] = field(default_factory=dict)  # rows -> [n-1]: a [rows, n] verify (short context)
-    weight_major: list[int] = field(default_factory=list)  # widths whose matmuls run W @ xᵀ (kernels.py)
+    weight_major: list[int] = field(default_factory=list)  # widths n of a [1, n] forward whose matmuls run W @ xᵀ (kernels.py)
+    packed: list[int] = field(default_factory=list)  # widths n of a [1, n] forward that run oneDNN's prepacked weights
     batch_weight_major: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs W @ xᵀ
     batch_packed: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs prepacked
     prefill_s: list[float] = field(default_factory=list)  # [context]: prefilling its first context-1 tokens
@@ -89,6 +91,10 @@ class CostProfile:
         t = min(max((context - c0) / (c1 - c0), 0.0), 1.0)
         return s0 + t * (s1 - s0)
 
+    def form(self, n: int) -> str:
+        """The matmul form a [1, n] forward was measured (and runs) in."""
+        return "weight_major" if n in self.weight_major else "packed" if n in self.packed else "linear"
+
     def c(self, draft: str) -> float:
         """A proposed token's cost in target steps (0 for drafts that make no model call)."""
         return self.draft_s.get(draft, 0.0) / self.step_s
@@ -120,7 +126,8 @@ class CostProfile:
                 **({"batch_weight_major": self.batch_weight_major} if self.batch_weight_major else {}),
                 **({"batch_packed": self.batch_packed} if any(self.batch_packed.values()) else {}),
                 "prefill_ms": [round(x * 1e3, 1) for x in self.prefill_s],
-                "weight_major": self.weight_major, "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
+                "weight_major": self.weight_major, "packed": self.packed, "greedy_form": self.form(1),
+                "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -142,8 +149,8 @@ def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None =
 
     Tries: one to warm the shapes up, then `repeats` timed ones; with repeats None,
     PROBE_REPEATS, or SLOW_REPEATS once a 1-token forward is seen to take over SLOW_STEP_S.
-    A job is (model, width), or (model, width, weight_major) to time that width with that matmul
-    form (kernels.py). `prefills`, when given, gets each model's prefill seconds (one try)."""
+    A job is (model, width), or (model, width, form) to time that width in that matmul form
+    (linear, weight_major or packed; kernels.py). `prefills`, when given, gets each model's prefill seconds (one try)."""
     caches = {}
     for lm, *_ in jobs:
         if id(lm) not in caches:
@@ -160,7 +167,7 @@ def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None =
     while tries <= (repeats or PROBE_REPEATS):  # try 0 warms the shapes up
         for (lm, width, *form), out in zip(jobs, times):
             if form:
-                lm.weight_major.widths = frozenset([width] if form[0] else [])
+                set_form(lm.weight_major, width, form[0])
             ids = torch.tensor([(context * width)[-width:]], device=lm.device)  # [1, width]
             _sync(lm.device)
             start = time.perf_counter()
@@ -180,34 +187,60 @@ def probe_contexts(max_positions: int | None, widths: int) -> list[int]:
     return [min(64, long // 2), long]
 
 
-def measure_target(target, widths: int) -> tuple[list[int], list[list[float]], list[int], list[float]]:
+def measure_target(target, widths: int) -> tuple[list[int], list[list[float]], tuple[list[int], list[int]], list[float]]:
     """Verify cost n = 1..widths after a short and a long context (one prefill per context,
     timed too, then every width timed in turn), with the matmul form chosen first for each
-    width. Returns (contexts, verify seconds, weight-major widths, prefill seconds)."""
+    width. Returns (contexts, verify seconds, (weight-major widths, packed widths), prefill seconds)."""
     contexts = probe_contexts(target.max_positions, widths)
-    weight_major = choose_weight_major(target, widths, probe_ids(target, contexts[0]))
+    forms = choose_forms(target, widths, probe_ids(target, contexts[0]))
     verify, prefills = [], []
     for length in contexts:
         verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], probe_ids(target, length),
                                       prefills=prefills))
-    return contexts, verify, weight_major, prefills
+    return contexts, verify, forms, prefills
 
 
-def choose_weight_major(target, widths: int, context: list[int]) -> list[int]:
-    """The widths n = 2..widths at which the target's forward is at least 3 % faster with
-    weight-major matmuls than with F.linear, the two timed in turn (kernels.py); they stay
-    switched on. [] for a target without the switch (a GPU, a toy)."""
+FORMS = ("linear", "weight_major", "packed")
+
+
+def set_form(switch, n: int, form: str) -> None:
+    """Point a [1, n] forward at one form (any other batch-1 width back to F.linear; batched
+    rectangles untouched)."""
+    switch.widths = frozenset([n] if form == "weight_major" else [])
+    switch.packed = frozenset(key for key in switch.packed if key[0] > 1) | ({(1, n)} if form == "packed" else set())
+
+
+def use_forms(switch, major: list[int], packed: list[int]) -> None:
+    """Switch batch-1 widths on as chosen (the profile's choice)."""
+    switch.widths = frozenset(major)
+    switch.packed = frozenset(key for key in switch.packed if key[0] > 1) | {(1, n) for n in packed}
+
+
+def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], list[int]]:
+    """For every width n = 1..widths (the greedy step's too), the matmul form the target's [1, n]
+    forward is fastest in: F.linear unless W @ xᵀ or oneDNN's prepacked weights (where they run)
+    measured at least 3 % faster, the forms timed in turn (kernels.py). They stay switched on.
+    Returns (weight-major widths, packed widths); ([], []) for a target without the switch (a
+    GPU, a toy). matmuls all / packed: every width in that form, untimed (an exactness audit)."""
     switch = getattr(target, "weight_major", None)
-    if switch is None or widths < 2:
-        return []
-    if switch.mode == "all":  # an audit: every width, untimed
-        switch.widths = frozenset(range(2, widths + 1))
-        return sorted(switch.widths)
-    jobs = [(target, n, form) for n in range(2, widths + 1) for form in (False, True)]
-    seconds = forward_seconds(jobs, context)
-    chosen = [n for n, plain, major in zip(range(2, widths + 1), seconds[::2], seconds[1::2]) if major < 0.97 * plain]
-    switch.widths = frozenset(chosen)
-    return chosen
+    if switch is None:
+        return [], []
+    every = list(range(1, widths + 1))
+    packs = kernels.can_pack(target.model)
+    if switch.mode in ("all", "packed"):
+        major, packed = (every, []) if switch.mode == "all" or not packs else ([], every)
+    else:
+        offered = FORMS if packs else FORMS[:2]
+        jobs = [(target, n, form) for n in every for form in offered]
+        seconds = dict(zip([(n, form) for _, n, form in jobs], forward_seconds(jobs, context)))
+        best = {n: min(offered, key=lambda form: seconds[n, form]) for n in every}
+        best = {n: form if seconds[n, form] < 0.97 * seconds[n, "linear"] else "linear" for n, form in best.items()}
+        major = [n for n in every if best[n] == "weight_major"]
+        packed = [n for n in every if best[n] == "packed"]
+    use_forms(switch, major, packed)
+    if not packed and not any(key[0] > 1 for key in switch.packed):
+        switch.unpack()  # copies made while timing, not chosen
+    return major, packed
 
 
 def probe_ids(target, length: int) -> list[int]:
@@ -253,6 +286,7 @@ def read(key: dict) -> CostProfile | None:
         raw = json.loads(path.read_text(encoding="utf-8"))
         profile = CostProfile(**{k: raw[k] for k in ("key", "contexts", "verify_s", "draft_s", "measured_s")},
                               batch_s=raw.get("batch_s", {}), weight_major=raw.get("weight_major", []),
+                              packed=raw.get("packed", []),
                               batch_weight_major=raw.get("batch_weight_major", {}),
                               batch_packed=raw.get("batch_packed", {}),
                               prefill_s=raw.get("prefill_s", []))
@@ -261,8 +295,8 @@ def read(key: dict) -> CostProfile | None:
               and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.verify_s)
               and all(isinstance(v, (int, float)) and v >= 0 for v in profile.draft_s.values())
               and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.batch_s.values())
-              and isinstance(profile.weight_major, list)
-              and all(type(n) is int and 2 <= n <= profile.widths for n in profile.weight_major)
+              and all(isinstance(ns, list) and all(type(n) is int and 1 <= n <= profile.widths for n in ns)
+                      for ns in (profile.weight_major, profile.packed))
               and isinstance(profile.prefill_s, list)
               and len(profile.prefill_s) in (0, len(profile.contexts))
               and all(isinstance(x, (int, float)) and x > 0 for x in profile.prefill_s)
@@ -301,10 +335,10 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     found = None if remeasure else read(key)
     start = time.perf_counter()
     if found is None or found.widths < widths:
-        contexts, verify, weight_major, prefills = measure_target(target, widths)
-        found = CostProfile(key, contexts, verify, {}, weight_major=weight_major, prefill_s=prefills)
+        contexts, verify, (major, packed), prefills = measure_target(target, widths)
+        found = CostProfile(key, contexts, verify, {}, weight_major=major, packed=packed, prefill_s=prefills)
     elif getattr(target, "weight_major", None) is not None:
-        target.weight_major.widths = frozenset(found.weight_major)  # the form the curve was measured with
+        use_forms(target.weight_major, found.weight_major, found.packed)  # the forms the curve was measured with
     missing = {label: d for label, d in drafts.items() if label not in found.draft_s}
     if missing:
         context = probe_ids(target, found.contexts[0])

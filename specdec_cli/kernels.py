@@ -50,7 +50,13 @@ class WeightMajor:
         if self.paused:
             return False
         rows, n = key = self.shape(x)
-        return n in self.widths if rows == 1 else key in self.rectangles or key in self.packed
+        return key in self.packed or (n in self.widths if rows == 1 else key in self.rectangles)
+
+    def form(self, rows: int, n: int) -> str:
+        """The form a [rows, n] forward takes: linear (F.linear), weight_major or packed."""
+        if (rows, n) in self.packed:
+            return "packed"
+        return "weight_major" if (n in self.widths if rows == 1 else (rows, n) in self.rectangles) else "linear"
 
     def pack(self, layer: torch.nn.Linear) -> torch.Tensor:
         if layer not in self.packs:
@@ -108,10 +114,14 @@ class ForwardPolicy:
     matmuls: str  # measure | off | all | packed (a CPU float32 target's forms; "off" elsewhere)
     switch: WeightMajor | None = None  # the forms chosen so far, per forward shape
 
+    def form(self, rows: int, n: int) -> str:
+        """The matmul form a [rows, n] forward takes (linear where there is no switch)."""
+        return "linear" if self.switch is None else self.switch.form(rows, n)
+
     def as_dict(self) -> dict:
         s = self.switch
         forms = {} if s is None else {"weight_major": sorted(s.widths), "rectangles_weight_major": sorted(map(list, s.rectangles)),
-                                      "rectangles_packed": sorted(map(list, s.packed))}
+                                      "packed": sorted(map(list, s.packed))}
         return {"shapes": self.shapes, "matmuls": self.matmuls, **forms}
 
 

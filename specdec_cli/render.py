@@ -29,7 +29,8 @@ def result_json(result: Result, tokenizer, rounds: bool) -> dict:
 def generation_json(gen, pair) -> dict:
     out = {"card": pair.card.name, "prompt": gen.prompt, "prompt_tokens": len(gen.prompt_ids), "k": gen.k,
            "draft": pair.draft.name, "device": str(pair.device), "dtype": pair.dtype_name,
-           "shapes": pair.shapes, "forward_policy": pair.policy.as_dict()}
+           "shapes": pair.shapes, "forward_policy": pair.policy.as_dict(),
+           "greedy_form": pair.policy.form(1, pair.width(gen.k) or 1)}
     if gen.sampled:
         c = pair.card
         out["sampling"] = {"temperature": c.temperature, "top_k": c.top_k, "top_p": c.top_p, "seed": c.seed}
@@ -127,8 +128,9 @@ def cost_caption(profile, k: int) -> str:
     where = "cached" if profile.cached else f"measured in {profile.measured_s:.1f} s"
     curve = " ".join(f"{v:.2f}" for v in profile.curve(profile.contexts[0])[: k + 1])
     drafts = ", ".join(f"{name} c={profile.c(name):.2f}" for name in profile.draft_s) or "draft makes no model call (c=0)"
-    major = [n for n in profile.weight_major if n <= k + 1]
-    matmuls = f"; W @ xᵀ matmuls at n = {','.join(map(str, major))}" if major else ""
+    forms = [(name, [n for n in ns if n <= k + 1]) for name, ns in (("W @ xᵀ", profile.weight_major),
+                                                                     ("prepacked", profile.packed))]
+    matmuls = "".join(f"; {name} matmuls at n = {','.join(map(str, ns))}" for name, ns in forms if ns)
     return (f"cost profile ({where}): target step {profile.step_s * 1e3:.1f} ms; verify cost v(n), n=1..{k + 1}, "
             f"in steps: {curve}{matmuls}; {drafts}")
 

@@ -103,6 +103,8 @@ def verify(pair: Pair, prompts: list[Prompt], ks: list[int], drafts: list[Draft]
 def _checks(pair: Pair, prompts: list[Prompt], ks: list[int], drafts: list[Draft], max_tokens: int,
             bitwise: bool, batch: int) -> Iterator[Check]:
     ids = [pair.encode(p.text, max_tokens, drafts) for p in prompts]
+    for draft in drafts:  # the cost profile (and so each width's matmul form) before any run
+        pair.prepare(max(ks), draft)
     widths = list(dict.fromkeys(pair.width(k) for k in ks))
     greedy = {w: _run(pair, ids, 0, max_tokens, batch, None, w, bitwise) for w in widths}
     for prompt_ids, r in zip(ids, greedy[widths[0]]):  # the synthetic draft reads the greedy reference

@@ -93,22 +93,39 @@ def test_install_routes_plain_linear_layers_only():
     assert not any("forward" in vars(m) for m in [*model, *quantized])  # no method rebound on any instance
 
 
-def test_choice_keeps_the_widths_measured_faster(monkeypatch):
-    """Per width, the form that measured at least 3 % faster; the switch is left on for those."""
+def test_choice_keeps_the_form_measured_fastest_at_every_width_the_greedy_step_too(monkeypatch):
+    """Per width n = 1..5 (n = 1 is the greedy step), the fastest form where it beat F.linear by
+    3 % or more (a fake timer decides); the switch is left on for those."""
     lm = HFLM(noisy_twins(TINY_LLAMA, 0)[0].model)
     lm.weight_major = kernels.install(lm.model)
-    timings = {2: (1.0, 0.5), 3: (1.0, 0.99), 4: (1.0, 1.4), 5: (2.0, 1.0)}  # width -> (F.linear, W @ xᵀ)
+    timings = {1: (1.0, 0.9, 0.5), 2: (1.0, 0.5, 0.8), 3: (1.0, 0.99, 0.98), 4: (1.0, 1.4, 1.2), 5: (2.0, 1.0, 1.5)}
+    forms = ("linear", "weight_major", "packed")  # width -> seconds per form
     seen = []
 
     def fake(jobs, context, repeats=None):
         seen.extend(jobs)
-        return [timings[width][form] for _, width, form in jobs]
+        return [timings[width][forms.index(form)] for _, width, form in jobs]
 
     monkeypatch.setattr(costs, "forward_seconds", fake)
-    assert costs.choose_weight_major(lm, 5, [1, 2, 3]) == [2, 5]
-    assert lm.weight_major.widths == {2, 5}
-    assert [(w, f) for _, w, f in seen] == [(w, f) for w in range(2, 6) for f in (False, True)]
-    assert costs.choose_weight_major(object(), 5, [1]) == []  # no switch (a toy, a GPU): nothing to choose
+    assert costs.choose_forms(lm, 5, [1, 2, 3]) == ([2, 5], [1])
+    assert lm.weight_major.widths == {2, 5} and lm.weight_major.packed == {(1, 1)}
+    assert lm.weight_major.form(1, 1) == "packed" and lm.weight_major.form(1, 3) == "linear"
+    assert [(w, f) for _, w, f in seen] == [(w, f) for w in range(1, 6) for f in forms]
+    assert costs.choose_forms(object(), 5, [1]) == ([], [])  # no switch (a toy, a GPU): nothing to choose
+    lm.weight_major.mode = "all"  # the audit: every width, the greedy step's too, untimed
+    assert costs.choose_forms(lm, 5, [1]) == ([1, 2, 3, 4, 5], [])
+
+
+def test_greedy_form_is_in_the_json_and_greedy_takes_it(run, write_card, one_thread, monkeypatch):
+    """The greedy step takes the form the profile measured fastest for width 1, and speculative
+    output still equals that greedy."""
+    monkeypatch.setattr(costs, "choose_forms", lambda target, widths, context: (
+        costs.use_forms(target.weight_major, [], list(range(1, widths + 1))), ([], list(range(1, widths + 1))))[1])
+    r = run("generate", "-c", tiny_card(write_card), "-m", "both", "--json", "ab ab ab ab")
+    assert r.exit_code == 0, r.stderr
+    out = parse_json_lines(r.stdout)[0]
+    assert out["greedy_form"] == "packed" and out["cost_profile"]["greedy_form"] == "packed"
+    assert out["identical"] and out["forward_policy"]["packed"][0] == [1, 1]
 
 
 def test_forward_seconds_times_each_form_with_the_switch_set(one_thread):
@@ -120,15 +137,14 @@ def test_forward_seconds_times_each_form_with_the_switch_set(one_thread):
     for m in lm.model.modules():
         if isinstance(m, torch.nn.Linear):
             m.forward = lambda x, m=m: seen(m, switch, x)
-    costs.forward_seconds([(lm, 3, False), (lm, 3, True)], list(range(1, 12)), repeats=1)
+    costs.forward_seconds([(lm, 3, "linear"), (lm, 3, "weight_major")], list(range(1, 12)), repeats=1)
     assert (3, frozenset()) in calls and (3, frozenset({3})) in calls
 
 
 def test_profile_caches_the_choice_and_a_cached_profile_switches_it_on(monkeypatch, one_thread):
     monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
-    monkeypatch.setattr(costs, "choose_weight_major",
-                        lambda target, widths, context: sorted(setattr(target.weight_major, "widths", frozenset({2, 4}))
-                                                               or target.weight_major.widths))
+    monkeypatch.setattr(costs, "choose_forms",
+                        lambda target, widths, context: (costs.use_forms(target.weight_major, [2, 4], []), ([2, 4], []))[1])
     lm = HFLM(noisy_twins(TINY_LLAMA, 0)[0].model)
     lm.weight_major = kernels.install(lm.model)
     first = costs.profile(lm, "tiny-wm", None, {})
@@ -138,7 +154,7 @@ def test_profile_caches_the_choice_and_a_cached_profile_switches_it_on(monkeypat
     assert again.cached and lm.weight_major.widths == {2, 4}
 
 
-@pytest.mark.parametrize("bad", [[1], [99], ["2"], {"2": 1}])
+@pytest.mark.parametrize("bad", [[0], [99], ["2"], {"2": 1}])
 def test_a_cached_profile_with_malformed_widths_is_remeasured(monkeypatch, capsys, bad):
     monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
     lm = HFLM(noisy_twins(TINY_LLAMA, 0)[0].model)
@@ -193,7 +209,8 @@ def test_a_cpu_run_reports_the_widths_it_runs_weight_major(run, write_card, one_
     r = run("generate", "-c", tiny_card(write_card, matmuls="all"), "-m", "both", "--json", "ab ab ab ab")
     assert r.exit_code == 0, r.stderr
     out = parse_json_lines(r.stdout)[0]
-    assert out["cost_profile"]["weight_major"] == [2, 3, 4, 5] and out["cost_profile"]["matmuls"] == "all"
+    assert out["cost_profile"]["weight_major"] == [1, 2, 3, 4, 5] and out["cost_profile"]["matmuls"] == "all"
+    assert out["greedy_form"] == "weight_major"
     assert out["spec"]["tokens"] == out["greedy"]["tokens"]
 
 
