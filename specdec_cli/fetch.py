@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from .cards import BUILTIN_DIR, FETCHED, Card, DraftSpec, Source
+from . import settings
 from .errors import SpecdecError
 from .files import cache_dir, write_text_atomic
 
@@ -106,7 +106,7 @@ def fetch_card(card: Card, progress: Progress | None = None, pip_args: list[str]
         raise SpecdecError(f"{card.path}: sources: card {card.name} declares no files to fetch "
                            f"(its target is {card.target!r}, which needs no fetch)")
     if pip_args is None:
-        pip_args = shlex.split(os.environ.get("SPECDEC_PIP_ARGS", ""))
+        pip_args = settings.pip_args()
     folder = models_dir()
     created = _make_dirs(folder)
     try:

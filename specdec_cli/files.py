@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from . import settings
 from .errors import SpecdecError
 
 
@@ -48,5 +49,5 @@ def _mode(path: Path) -> int:
 def cache_dir(*parts: str) -> Path:
     """Where specdec keeps files for the user (cost profiles, fetched models):
     $XDG_CACHE_HOME/specdec, else ~/.cache/specdec. Not created here."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "specdec" / Path(*parts) if parts else Path(base).expanduser() / "specdec"
+    base = settings.cache_home()
+    return base / "specdec" / Path(*parts) if parts else base / "specdec"

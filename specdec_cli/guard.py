@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import signal
 import sys
 import threading
@@ -14,6 +13,7 @@ import threading
 import typer
 from rich.console import Console
 
+from . import settings
 from .errors import SpecdecError
 
 err = Console(stderr=True)  # everything but data: progress, tables, notes, errors
@@ -92,7 +92,7 @@ def friendly(fn):
         except (typer.Exit, typer.Abort, BrokenPipeError):
             raise  # exits chosen on purpose; a closed pipe (`| head`) ends quietly in typer
         except Exception as e:
-            if os.environ.get("SPECDEC_DEBUG"):
+            if settings.debug():
                 raise
             gist = next((line.strip() for line in str(e).splitlines() if line.strip()), "")[:300]
             err.print(f"Error: internal error: {type(e).__name__}: {gist} (set SPECDEC_DEBUG=1 for the traceback)",
