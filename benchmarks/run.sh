@@ -123,3 +123,12 @@ command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$
 "$PYTHON" "$B/report.py" "$B" "$command" > "$B/RESULTS.md.tmp"
 mv "$B/RESULTS.md.tmp" "$B/RESULTS.md"
 echo "wrote $B/RESULTS.md" >&2
+# 6. PEERS=llamacpp: llama.cpp beside specdec on the README's example (section 5's prompt, the
+#    default card and its token budget; PAIR_CARD too when fetched), into
+#    benchmarks/peers/llamacpp.jsonl; the first run builds llama.cpp (benchmarks/peers/llamacpp.sh
+#    says how, and its knobs)
+if [ "${PEERS:-}" = llamacpp ]; then
+  readme_card=$("$PYTHON" -c "from specdec_cli.cli import DEFAULT_CARD; print(DEFAULT_CARD)")
+  CARD=$readme_card PAIR_CARD=$PAIR_CARD bash "$B/peers/llamacpp.sh" --prompts-file "$B/readme-prompt.jsonl" \
+      --max-tokens "$("$PYTHON" -c "from specdec_cli.cards import load_card; print(load_card('$readme_card').max_tokens)")"
+fi
