@@ -4,20 +4,20 @@ once, the target verifying every row in ONE forward, each row keeping its own ac
 What is batch-specific lives here: under the cost schedule the round's d is chosen for the
 whole batch (`Lengths`: a [B, d+1] verify costs what it costs whichever row asked for d, so d
 must pay for the batch); the cost of a [rows, n] verify and its matmul form are measured here
-(`rectangle_seconds`); and whole batched runs are timed (`generate_many`, `Summary`).
+(`rectangle_seconds`); and a pair's prompts run through the loop together (`run`). Whole
+batched requests, timed, are the pair's (pair.generate_many).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
 
 from . import kernels
-from .decoding import GREEDY, NoDraft, Result, _elapsed, decode_rows
+from .decoding import GREEDY, NoDraft, Result, decode_rows
 from .rows import rows_for
 from .schedule import Cost, Probes, Scheduled, batch_length
 
@@ -166,58 +166,3 @@ def run(pair, prompts: list[list[int]], k: int, max_tokens: int, batch: int, dra
     verifier = (lambda: GREEDY) if pair.sampling.greedy else (lambda: Sampler(pair.sampling, pair.generator()))
     return in_order(decode_rows(pair.target, draft, prompts, k, max_tokens, pair.eos, batch, verifier,
                                 f"card {pair.card.name}", lengths, width, trace=trace))
-
-
-@dataclass
-class Summary:
-    """A whole batched run: tokens and wall time per mode (throughput = tokens / wall_s)."""
-
-    prompts: int
-    batch: int
-    modes: dict = field(default_factory=dict)  # mode -> {"tokens", "wall_s"}
-    differ: int = 0
-
-    def as_dict(self) -> dict:
-        out = {"prompts": self.prompts, "batch": self.batch, "differ": self.differ}
-        for mode, m in self.modes.items():
-            out[mode] = {**m, "tokens_per_s": m["tokens"] / m["wall_s"] if m["wall_s"] > 0 else None}
-        return out
-
-
-def timed(results: Iterator[tuple[int, Result]], summary: Summary, mode: str, device) -> Iterator[tuple[int, Result]]:
-    start, tokens = time.perf_counter(), 0
-    for index, result in results:
-        tokens += len(result.tokens)
-        yield index, result
-    summary.modes[mode] = {"tokens": tokens, "wall_s": _elapsed(start, device)}
-
-
-def generate_many(pair, prompts: list[str], mode: str, k: int, max_tokens: int, batch: int,
-                  summary: Summary) -> Iterator[tuple[int, object, dict | None]]:
-    """pair.generate for many prompts, batched: yields (index, Generation, first divergence or
-    None) in input order; `summary` is complete once the iterator is. The target-alone pass runs first (whole), then the speculative one streams."""
-    from .memory import peak_rss_mb
-    from .pair import Generation, needs_reference
-    from .verify import first_divergence
-
-    ids = [pair.encode(p, max_tokens) for p in prompts]
-    sampled = not pair.sampling.greedy
-    alone = None
-    if mode in ("greedy", "both") or (mode == "spec" and needs_reference(pair.draft)):
-        alone = [r for _, r in timed(run(pair, ids, 0, max_tokens, batch, width=pair.width(k)), summary,
-                                     "sample" if sampled else "greedy", pair.device)]
-        if not sampled:
-            for prompt_ids, r in zip(ids, alone):
-                pair.references[tuple(prompt_ids)] = r.tokens
-    if mode == "spec" and alone is not None:
-        summary.modes.pop("greedy", None)
-    if mode == "greedy":
-        for i, r in enumerate(alone):
-            yield i, Generation(prompts[i], ids[i], k, r, None, sampled, peak_rss_mb()), None
-        return
-    pair.prepare(k)
-    for i, spec in timed(run(pair, ids, k, max_tokens, batch, pair.draft, pair.width(k)), summary, "spec", pair.device):
-        greedy = alone[i] if mode == "both" else None
-        gen = Generation(prompts[i], ids[i], k, greedy, spec, sampled, peak_rss_mb())
-        summary.differ += gen.diverged
-        yield i, gen, (first_divergence(pair, ids[i], greedy.tokens, spec.tokens) if gen.diverged else None)

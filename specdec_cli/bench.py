@@ -32,7 +32,7 @@ from .errors import SpecdecError
 from .kernels import WeightMajor
 from .metrics import expected_speedup, expected_tokens_per_round, predict
 from .models import HFLM
-from .pair import Pair, build_draft, innermost
+from .pair import Pair, build_draft, first_divergence, innermost
 from .prompts import Prompt
 from .schedule import Scheduled
 
@@ -490,7 +490,6 @@ def run_batched(pair: Pair, prompts: list[Prompt], configs: list[Config], max_to
     (computed untimed first), not against the batched greedy pass; each output that differs
     adds a line to `notes` with where and the target's top-2 margin there (fp32 near-ties can
     part a padded batch from batch 1)."""
-    from .verify import first_divergence
 
     tick = progress or (lambda n, text: None)
     sampled = not pair.sampling.greedy

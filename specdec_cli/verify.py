@@ -13,7 +13,7 @@ from .cards import draft_spec
 from .drafts import Draft
 from .errors import SpecdecError
 from .metrics import Stats
-from .pair import Pair, needs_reference
+from .pair import Pair, first_divergence, needs_reference
 from .prompts import Prompt
 from .sampling import prefix_distribution, sequence_probability
 from .stattest import MIN_EXPECTED, ChiSquare, goodness_of_fit, homogeneity
@@ -74,18 +74,6 @@ def parse_draft_option(text: str):
             raise SpecdecError(f"--draft {text!r}: expected key=value after ':', got {item!r}")
         raw[key.strip()] = yaml.safe_load(value) if value.strip() else value
     return draft_spec(f"--draft {text!r}", raw, field="draft")
-
-
-def first_divergence(pair: Pair, prompt_ids: list[int], greedy: list[int], spec: list[int]) -> dict | None:
-    """Where the two outputs part, both tokens there, and how close the target's call was."""
-    if greedy == spec:
-        return None
-    i = next((j for j, (g, s) in enumerate(zip(greedy, spec)) if g != s), min(len(greedy), len(spec)))
-    g, s = (greedy[i] if i < len(greedy) else None), (spec[i] if i < len(spec) else None)
-    piece = pair.tokenizer.piece
-    return {"index": i, "greedy_token": g, "spec_token": s,
-            "greedy_text": piece(g) if g is not None else None, "spec_text": piece(s) if s is not None else None,
-            "margin": pair.top2_margin(prompt_ids + greedy[:i])}
 
 
 def verify(pair: Pair, prompts: list[Prompt], ks: list[int], drafts: list[Draft], max_tokens: int,

@@ -91,7 +91,7 @@ def generate(
 
 def generate_batched(pair, prompts, mode: str, batch_size: int) -> None:
     """--prompts-file with --batch N: one JSON line per prompt in input order, then a summary."""
-    from ..batch import Summary, generate_many  # imports torch: only when the command runs
+    from ..pair import Summary, generate_many  # imports torch: only when the command runs
 
     c = pair.card
     summary = Summary(len(prompts), batch_size)
