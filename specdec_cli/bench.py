@@ -27,7 +27,7 @@ import torch
 from .cards import Card, DraftSpec
 from .decoding import Result
 from .costs import CostProfile, _sync
-from .drafts import Draft
+from .drafts import Draft, get as draft_kind
 from .errors import SpecdecError
 from .kernels import WeightMajor
 from .metrics import expected_speedup, expected_tokens_per_round, predict
@@ -42,9 +42,10 @@ Progress = Callable[[int, str], None]  # (steps done since last call, what is ru
 
 
 # ---------------------------------------------------------------------------- configurations
-class SimulatedCost:
+class SimulatedCost(Draft):
     """Wraps a draft that makes no model call (synthetic) and sleeps `cost` target steps per
-    proposed token, to emulate a real draft's price. Labelled: its cost is simulated."""
+    proposed token, to emulate a real draft's price. Labelled: its cost is simulated. Its
+    capabilities are Draft's defaults: the sleep is no model call the cost profile measures."""
 
     def __init__(self, draft: Draft, cost: float):
         self.draft, self.cost, self.step_s = draft, cost, 0.0  # step_s: set by the cost probe
@@ -298,15 +299,11 @@ class Peer:
 
 
 def check_peer(card: Card) -> None:
-    """Whether transformers can run this card's pair (checked before loading anything)."""
-    spec = card.draft
+    """Whether transformers can run this card's pair (checked before loading anything): the
+    draft's kind says whether transformers has it (drafts/)."""
     if card.target == "toy":
         raise SpecdecError(f"--vs-transformers: needs a transformers target; card '{card.name}' has target 'toy'")
-    if spec.kind not in ("prompt-lookup", "early-exit", "model"):
-        raise SpecdecError(f"--vs-transformers: transformers has no equivalent of the '{spec.kind}' draft of card '{card.name}'")
-    if spec.kind == "prompt-lookup" and spec.min_ngram != 1:
-        raise SpecdecError(f"--vs-transformers: transformers' prompt lookup always matches down to 1-grams; "
-                           f"card '{card.name}' sets draft.min_ngram: {spec.min_ngram}")
+    draft_kind(card.draft.kind).check_peer(card.draft, card)
 
 
 def transformers_peer(pair: Pair, k: int) -> Peer:
@@ -319,12 +316,8 @@ def transformers_peer(pair: Pair, k: int) -> Peer:
         raise SpecdecError(f"--vs-transformers: needs a transformers target; card '{card.name}' has target '{card.target}'")
     ours = pair.draft  # with the card's schedule: what a specdec user runs
     inner = ours.draft if isinstance(ours, Scheduled) else ours
-    label = spec.label()
-    if spec.kind == "prompt-lookup":
-        return Peer(ours, k, label, {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": spec.max_ngram}, None)
-    if spec.kind == "early-exit":  # transformers' own early exit: the target at reduced depth
-        return Peer(ours, k, label, {"assistant_early_exit": spec.layers}, pair.target.model)
-    return Peer(ours, k, label, {"assistant_model": inner.lm.model}, inner.lm.model)
+    kwargs, assistant = draft_kind(spec.kind).peer(spec, pair, inner, k)
+    return Peer(ours, k, spec.label(), kwargs, assistant)
 
 
 @contextmanager

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import yaml
 
+from . import drafts
+from .checks import boolean as _bool, check, choice as _choice, integer as _int, text as _str
 from .errors import SpecdecError
-from .schedule import SCHEDULES
+from .models import DTYPES
 
 def _builtin_dir() -> Path:
     """The copy installed with the package (specdec_cli.builtin_cards), or the checkout's cards/."""
@@ -27,40 +29,55 @@ def _builtin_dir() -> Path:
 
 
 BUILTIN_DIR = _builtin_dir()
-DRAFT_KINDS = ("model", "prompt-lookup", "early-exit", "toy", "synthetic", "features")
 DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
-QUANTIZE = ("none", "int8")  # a model draft's weights: as loaded, or int8 nn.Linear layers (CPU)
+DTYPE_NAMES = ("auto", *DTYPES)
+SCHEDULES = ("cost", "heuristic", "fixed")  # draft.schedule: how many of k to propose each round (schedule.py)
 SHAPES = ("auto", "pinned", "free")  # decoding.shapes: auto = pinned for bfloat16/float16 and on a GPU, else free
 MATMULS = ("measure", "off", "all", "packed")  # decoding.matmuls: a CPU float32 target's matmul forms (kernels.py)
 MAX_K = 64  # beyond this a verify forward is mostly wasted work; almost surely a typo
 MAX_TOKENS = 1_000_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class DraftSpec:
+    """A card's draft: its kind, its schedule, and the kind's own fields (drafts/: each kind
+    declares them), every one present, defaults filled in. A field reads as an attribute:
+    `spec.agree`. Built from a validated card by `draft_spec`; built directly, as in
+    `DraftSpec("toy", agree=0.5)`, a field the kind does not declare is a TypeError."""
+
     kind: str
-    model: str | None = None  # kind model: a model reference
-    revision: str | None = None  # kind model: the draft's hub revision (the card's `revision` is the target's)
-    dtype: str = "auto"  # kind model: the draft's own dtype (auto = the target's); the target verifies in its own
-    quantize: str = "none"  # kind model: int8 = dynamically quantized nn.Linear layers (CPU only)
-    layers: int | None = None  # kind early-exit: how many target layers the draft runs
-    max_ngram: int = 3  # kind prompt-lookup: longest n-gram matched (then shorter ones)
-    min_ngram: int = 1
-    agree: float | None = None  # kinds toy, synthetic: per-token agreement with the target
-    seed: int = 0  # kinds toy, synthetic: reproducible agreement draws
-    weights: str | None = None  # kind features: the .safetensors `specdec distill` wrote (relative: to the card)
     schedule: str = "cost"  # how many of k to propose each round: cost | heuristic | fixed (see schedule.py)
+    options: tuple = ()  # ((field, value), ...) in the order the kind declares its fields
+
+    def __init__(self, kind: str, schedule: str = "cost", options: tuple = (), **values):
+        if kind not in drafts.names():
+            raise TypeError(f"unknown draft kind {kind!r} (registered: {', '.join(drafts.names())})")
+        declared = drafts.get(kind).fields
+        values = {**dict(options), **values}
+        unknown = [name for name in values if name not in {f.name for f in declared}]
+        if unknown:
+            raise TypeError(f"draft kind {kind!r} has no field {unknown[0]!r}")
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "schedule", schedule)
+        object.__setattr__(self, "options", tuple((f.name, values.get(f.name, f.default)) for f in declared))
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name == "options":  # not a field (and copy/pickle probe these)
+            raise AttributeError(name)
+        for key, value in self.options:
+            if key == name:
+                return value
+        raise AttributeError(f"draft kind {self.kind!r} has no field {name!r}")
 
     def label(self) -> str:
-        model = f"{self.model}@{self.revision}" if self.revision else self.model
-        if self.kind == "model":  # a cheapened draft is another draft: its own name, its own measured c
-            model += "".join(f", {x}" for x in (self.dtype, self.quantize) if x not in ("auto", "none"))
-        extra = {"model": model, "early-exit": f"layers={self.layers}",
-                 "toy": f"agree={self.agree}", "synthetic": f"agree={self.agree}",
-                 "features": Path(self.weights or "").stem}.get(self.kind)
-        label = f"{self.kind}({extra})" if extra else self.kind
+        detail = drafts.get(self.kind).detail(self)
+        label = f"{self.kind}({detail})" if detail else self.kind
         return label if self.schedule == "fixed" else f"{label}+{self.schedule}"
+
+    def models(self) -> tuple[tuple[str, str], ...]:
+        """(field, reference) for each model the draft loads besides the target (`fetched:` ones
+        must be fetched first)."""
+        return drafts.get(self.kind).models(self)
 
 
 FETCHED = "fetched:"  # model reference prefix: a file `specdec fetch` put in the user cache
@@ -117,35 +134,6 @@ class Card:
 
 
 # ---------------------------------------------------------------------------- field checks
-def _int(lo: int, hi: int):
-    def check(v):
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            return f"must be an integer in {lo}..{hi}"
-    return check
-
-
-def _choice(options):
-    def check(v):
-        if v not in options:
-            return f"must be one of {', '.join(map(str, options))}"
-    return check
-
-
-def _str(v):
-    if not isinstance(v, str) or not v.strip():
-        return "must be a non-empty string"
-
-
-def _bool(v):
-    if not isinstance(v, bool):
-        return "must be true or false"
-
-
-def _prob(v):
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1:
-        return "must be a number in [0, 1]"
-
-
 def _device(v):
     if not isinstance(v, str) or not (v in DEVICES or (v.startswith("cuda:") and v[5:].isdigit())):
         return "must be auto, cpu, cuda, cuda:N or mps"
@@ -194,23 +182,18 @@ TOP = {"description": _str, "target": _str, "draft": None, "decoding": None, "de
 DECODING = {"k": _int(1, MAX_K), "max_tokens": _int(1, MAX_TOKENS), "chat_template": _chat,
             "temperature": _temperature, "top_k": _int(0, 2**31 - 1), "top_p": _top_p, "seed": _int(0, 2**63 - 1),
             "shapes": _choice(SHAPES), "matmuls": _choice(MATMULS)}
-DRAFT = {"kind": _choice(DRAFT_KINDS), "model": _str, "revision": _str, "layers": _int(1, 1000),
-         "max_ngram": _int(1, 16), "min_ngram": _int(1, 16), "agree": _prob, "seed": _int(0, 2**63 - 1), "schedule": _choice(SCHEDULES), "adaptive": _bool,
-         "weights": _str, "dtype": _choice(DTYPE_NAMES), "quantize": _choice(QUANTIZE)}
-# Which draft fields each kind takes (kind itself always); anything else is an error, not ignored.
-KIND_FIELDS = {"model": {"model", "revision", "dtype", "quantize"}, "prompt-lookup": {"max_ngram", "min_ngram"},
-               "early-exit": {"layers"}, "toy": {"agree", "seed"}, "synthetic": {"agree", "seed"},
-               "features": {"weights"}}
-SCHEDULE_FIELDS = {"schedule", "adaptive"}  # every kind takes a schedule (`adaptive`: its old name)
-KIND_REQUIRED = {"model": {"model"}, "early-exit": {"layers"}, "toy": {"agree"}, "synthetic": {"agree"},
-                 "features": {"weights"}}
+SCHEDULE_FIELDS = {"schedule": _choice(SCHEDULES), "adaptive": _bool}  # every kind's (`adaptive`: schedule's old name)
 
 
-def check(where: str, field: str, value, checker) -> None:
-    """Raise a one-line error naming where, the field and the value when `checker` objects."""
-    problem = checker(value) if checker else None
-    if problem:
-        raise SpecdecError(f"{where}: {field}: {problem}, got {value!r}")
+def draft_fields(kind: str | None = None) -> dict:
+    """Every draft field a card may give, with its checker: `kind`, each registered kind's own
+    fields (where kinds share a field name, `kind`'s checker) and the schedule's."""
+    schema = {"kind": _choice(drafts.names())}
+    for declared in drafts.kinds():
+        schema.update({f.name: f.check for f in declared.fields if f.name not in schema})
+    if kind is not None:
+        schema.update({f.name: f.check for f in drafts.get(kind).fields})
+    return {**schema, **SCHEDULE_FIELDS}
 
 
 def _mapping(where: str, field: str, value, schema: dict) -> dict:
@@ -227,16 +210,20 @@ def _mapping(where: str, field: str, value, schema: dict) -> dict:
 
 
 def draft_spec(where: str, raw, field: str = "draft") -> DraftSpec:
-    raw = _mapping(where, field, raw, DRAFT)
+    """A draft block checked against its kind's declaration (drafts/): every field known and
+    valid, each one the kind takes, the required ones there, then the kind's own checks."""
+    named = raw.get("kind") if isinstance(raw, dict) else None
+    raw = _mapping(where, field, raw, draft_fields(named if named in drafts.names() else None))
     if "kind" not in raw:
-        raise SpecdecError(f"{where}: {field}.kind: missing (one of {', '.join(DRAFT_KINDS)})")
-    kind = raw["kind"]
+        raise SpecdecError(f"{where}: {field}.kind: missing (one of {', '.join(drafts.names())})")
+    kind = drafts.get(raw["kind"])
+    takes = {f.name for f in kind.fields}
     for key in raw:
-        if key != "kind" and key not in KIND_FIELDS[kind] | SCHEDULE_FIELDS:
-            raise SpecdecError(f"{where}: {field}.{key}: not used by draft kind '{kind}', got {raw[key]!r}")
-    for key in KIND_REQUIRED.get(kind, ()):
-        if key not in raw:
-            raise SpecdecError(f"{where}: {field}.{key}: missing (required for draft kind '{kind}')")
+        if key != "kind" and key not in takes | SCHEDULE_FIELDS.keys():
+            raise SpecdecError(f"{where}: {field}.{key}: not used by draft kind '{kind.name}', got {raw[key]!r}")
+    for f in kind.fields:
+        if f.required and f.name not in raw:
+            raise SpecdecError(f"{where}: {field}.{f.name}: missing (required for draft kind '{kind.name}')")
     raw = dict(raw)
     if "adaptive" in raw:  # the old switch: true = the heuristic schedule, false = fixed k
         old = "heuristic" if raw.pop("adaptive") else "fixed"
@@ -244,11 +231,7 @@ def draft_spec(where: str, raw, field: str = "draft") -> DraftSpec:
             raise SpecdecError(f"{where}: {field}.adaptive: {str(old != 'fixed').lower()} contradicts {field}.schedule: "
                                f"{raw['schedule']} (adaptive is schedule's old name; keep only schedule)")
     spec = DraftSpec(**raw)
-    if spec.min_ngram > spec.max_ngram:
-        raise SpecdecError(f"{where}: {field}.min_ngram: must be <= max_ngram ({spec.max_ngram}), got {spec.min_ngram}")
-    if spec.quantize == "int8" and spec.dtype not in ("auto", "float32"):
-        raise SpecdecError(f"{where}: {field}.dtype: must be auto or float32 with {field}.quantize: int8 "
-                           f"(int8 layers are quantized from float32), got {spec.dtype!r}")
+    kind.check(spec, where, field)
     return spec
 
 
@@ -320,7 +303,8 @@ def parse_card(text: str, path: Path) -> Card:
     sources = sources_spec(where, raw["sources"]) if "sources" in raw else ()
     draft = draft_spec(where, raw["draft"])
     _check_fetched(where, "target", raw["target"], sources)
-    _check_fetched(where, "draft.model", draft.model, sources)
+    for name, ref in draft.models():
+        _check_fetched(where, f"draft.{name}", ref, sources)
     top = {k: v for k, v in raw.items() if k not in ("draft", "decoding", "sources")}
     card = Card(name=path.stem, path=path, draft=draft, sources=sources, **top, **decoding)
     _check_device_map(where, card)

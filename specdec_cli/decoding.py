@@ -60,6 +60,9 @@ class NoDraft:
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
         return self.empty
 
+    def propose_sampled(self, tokens: list[int], k: int, warp, generator) -> tuple[torch.Tensor, None]:
+        return self.empty, None
+
     def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
         pass
 

@@ -4,15 +4,15 @@ on a serving engine: vLLM (`vllm serve`), SGLang (`sglang.launch_server`) or lla
 command down, from each engine's documented option names (tests/test_export.py pins the
 version and page each name was read from).
 
-What maps:
+What maps (each draft kind declares its own mapping, or why no engine runs it: drafts/):
     draft kind model          vLLM method draft_model · SGLang STANDALONE · llama.cpp draft-simple
     draft kind prompt-lookup  vLLM method ngram · SGLang NGRAM · llama.cpp ngram-simple
     decoding.k                tokens drafted per round (a fixed number on every engine)
     dtype, trust_remote_code, revision, draft.revision, max_tokens: where the engine has an option
-Kinds no engine has (early-exit, toy, synthetic), and models an engine cannot load, are refused
-with one line naming the card, the field and the value. Where the engine does something close
-but not the same (a schedule it lacks, an n-gram range it cannot express), the export goes on
-and says so in a note.
+Kinds no engine has (early-exit, toy, synthetic, features), and models an engine cannot load,
+are refused with one line naming the card, the field and the value. Where the engine does
+something close but not the same (a schedule it lacks, an n-gram range it cannot express), the
+export goes on and says so in a note.
 """
 
 from __future__ import annotations
@@ -22,16 +22,13 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cards import FETCHED, Card, _choice, check
+from . import drafts
+from .cards import FETCHED, Card
+from .checks import check, choice
 from .errors import SpecdecError
 from .files import cache_dir
 
 ENGINES = ("vllm", "sglang", "llama.cpp")
-KINDS = ("model", "prompt-lookup")  # the draft kinds every engine above can run
-WHY_NOT = {"early-exit": "a draft made of the target's own first layers",
-           "toy": "specdec's built-in test draft",
-           "synthetic": "a benchmark draft that copies the target's own output",
-           "features": "specdec's own EAGLE-style weights file, which no engine reads"}
 
 
 @dataclass
@@ -53,22 +50,24 @@ class Export:
 
 
 def check_engine(engine: str) -> None:
-    check("command line", "--engine", engine, _choice(ENGINES))
+    check("command line", "--engine", engine, choice(ENGINES))
 
 
 def export(card: Card, engine: str) -> Export:
     """The command that serves `card` on `engine`, or a SpecdecError saying what cannot be."""
     check_engine(engine)
     spec = card.draft
-    if spec.kind not in KINDS:
+    kind = drafts.get(spec.kind)
+    if engine not in kind.engines:
+        runs = [k.name for k in drafts.kinds() if engine in k.engines]
         raise SpecdecError(f"{card.path}: draft.kind: {engine} has no draft kind {spec.kind!r} "
-                           f"({WHY_NOT.get(spec.kind, 'specdec only')}); it runs draft kinds {', '.join(KINDS)}")
+                           f"({kind.why_not}); it runs draft kinds {', '.join(runs)}")
     notes: list[str] = []
     target = _model(card, "target", card.target, engine, notes)
-    draft = _model(card, "draft.model", spec.model, engine, notes) if spec.kind == "model" else None
+    speculative = kind.export(engine, spec, card, lambda field, ref: _model(card, field, ref, engine, notes), notes)
     request = {"max_tokens": card.max_tokens, "temperature": card.temperature, "top_k": card.top_k,
                "top_p": card.top_p, "seed": card.seed}
-    argv, speculative = BUILD[engine](card, target, draft, notes)
+    argv = COMMAND[engine](card, target, speculative, notes)
     if spec.schedule != "fixed":
         notes.append(f"draft.schedule: {spec.schedule}: {engine} drafts a fixed number of tokens each round; exported "
                      f"decoding.k = {card.k}. {DYNAMIC[engine]}")
@@ -87,7 +86,7 @@ def _model(card: Card, field: str, ref: str, engine: str, notes: list[str]) -> s
                          f"before starting the server")
         kind, name = "gguf", str(path)
     else:
-        from .pair import model_ref  # resolves pkg: files and relative paths, checks GGUF magic
+        from .models import model_ref  # resolves pkg: files and relative paths, checks GGUF magic
 
         parsed = model_ref(card, field, ref)
         kind = parsed.kind
@@ -106,56 +105,21 @@ def _model(card: Card, field: str, ref: str, engine: str, notes: list[str]) -> s
 
 
 # ---------------------------------------------------------------------------- engines
-# Each builder returns (argv, speculative settings). k proposals per round everywhere.
-def _vllm(card: Card, target: str, draft: str | None, notes: list[str]) -> tuple[list[str], dict]:
-    spec = card.draft
-    if draft is not None:
-        config = {"method": "draft_model", "model": draft, "num_speculative_tokens": card.k}
-        if getattr(spec, "revision", None):
-            config["revision"] = spec.revision
-    else:
-        config = {"method": "ngram", "num_speculative_tokens": card.k,
-                  "prompt_lookup_max": spec.max_ngram, "prompt_lookup_min": spec.min_ngram}
+# Each builder turns the draft kind's speculative settings (Kind.export) into the command.
+def _vllm(card: Card, target: str, config: dict, notes: list[str]) -> list[str]:
     argv = ["vllm", "serve", target, "--speculative-config", json.dumps(config)]
-    return argv + _common(card, "--dtype", "--trust-remote-code", "--revision"), config
+    return argv + _common(card, "--dtype", "--trust-remote-code", "--revision")
 
 
-def _sglang(card: Card, target: str, draft: str | None, notes: list[str]) -> tuple[list[str], dict]:
-    spec = card.draft
-    # --speculative-num-draft-tokens counts the last emitted token as the root of the draft
-    # tree, so k proposals in one chain (topk / BFS breadth 1) are k + 1 (SGLang's own rule
-    # for topk 1: num_steps + 1).
-    if draft is not None:
-        options = {"--speculative-algorithm": "STANDALONE", "--speculative-draft-model-path": draft,
-                   "--speculative-num-steps": card.k, "--speculative-eagle-topk": 1,
-                   "--speculative-num-draft-tokens": card.k + 1}
-        if getattr(spec, "revision", None):
-            options["--speculative-draft-model-revision"] = spec.revision
-    else:
-        options = {"--speculative-algorithm": "NGRAM", "--speculative-num-draft-tokens": card.k + 1,
-                   "--speculative-ngram-min-match-window-size": spec.min_ngram,
-                   "--speculative-ngram-max-match-window-size": spec.max_ngram,
-                   "--speculative-ngram-min-bfs-breadth": 1, "--speculative-ngram-max-bfs-breadth": 1}
-        notes.append("SGLang's NGRAM runs on CUDA only, and matches against a cache that also holds earlier "
-                     "requests' tokens (specdec matches this request's prompt and output only)")
+def _sglang(card: Card, target: str, options: dict, notes: list[str]) -> list[str]:
     argv = ["python3", "-m", "sglang.launch_server", "--model-path", target, *_words(options)]
-    return argv + _common(card, "--dtype", "--trust-remote-code", "--revision"), options
+    return argv + _common(card, "--dtype", "--trust-remote-code", "--revision")
 
 
-def _llama_cpp(card: Card, target: str, draft: str | None, notes: list[str]) -> tuple[list[str], dict]:
-    spec = card.draft
-    if draft is not None:
-        # llama-server ignores -md unless --spec-type names a draft implementation
-        options = {"--spec-type": "draft-simple", "-md": draft, "--spec-draft-n-max": card.k}
-    else:
-        options = {"--spec-type": "ngram-simple", "--spec-ngram-simple-size-n": spec.max_ngram,
-                   "--spec-ngram-simple-size-m": card.k}
-        if spec.min_ngram != spec.max_ngram:
-            notes.append(f"draft.min_ngram: llama.cpp's ngram-simple matches exactly {spec.max_ngram} tokens "
-                         f"(draft.max_ngram); it does not fall back to shorter n-grams down to {spec.min_ngram}")
+def _llama_cpp(card: Card, target: str, options: dict, notes: list[str]) -> list[str]:
     if card.dtype != "auto":
         notes.append(f"dtype: {card.dtype}: llama-server computes with the GGUF's own weight types and has no dtype option")
-    return ["llama-server", "-m", target, *_words(options), "-n", str(card.max_tokens)], options
+    return ["llama-server", "-m", target, *_words(options), "-n", str(card.max_tokens)]
 
 
 def _common(card: Card, dtype: str, trust: str, revision: str) -> list[str]:
@@ -169,7 +133,7 @@ def _words(options: dict) -> list[str]:
     return [str(word) for pair in options.items() for word in pair]
 
 
-BUILD = {"vllm": _vllm, "sglang": _sglang, "llama.cpp": _llama_cpp}
+COMMAND = {"vllm": _vllm, "sglang": _sglang, "llama.cpp": _llama_cpp}
 DYNAMIC = {  # each engine's own documented way of varying the draft length, if any
     "vllm": "vLLM's Dynamic Speculative Decoding (num_speculative_tokens_per_batch_size) varies it by batch size, "
             "not by acceptance.",

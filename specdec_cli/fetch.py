@@ -81,7 +81,7 @@ def require_fetched(card: Card, drafts: tuple[DraftSpec, ...] = ()) -> None:
     """Every `fetched:` model the card (and extra drafts) use is in the cache, else one line
     naming the command that fetches them and how much it downloads. A stat, no hashing: a
     file gets into the cache only through `fetch`, verified."""
-    refs = [("target", card.target)] + [("draft.model", d.model) for d in (card.draft, *drafts) if d.kind == "model"]
+    refs = [("target", card.target)] + [(f"draft.{name}", ref) for d in (card.draft, *drafts) for name, ref in d.models()]
     missing = []
     for field, ref in refs:
         if not ref or not ref.startswith(FETCHED):

@@ -121,6 +121,15 @@ def parse_ref(ref: str, base: Path) -> ModelRef:
     return ModelRef("hub", ref)
 
 
+def model_ref(card, field: str, ref: str) -> ModelRef:
+    """A card's model reference resolved against the card's folder; an error names the card,
+    the field and the value."""
+    try:
+        return parse_ref(ref, card.folder)
+    except SpecdecError as e:
+        raise SpecdecError(f"{card.path}: {field}: {e}") from None
+
+
 def _local(text: str, base: Path) -> Path:
     path = Path(text).expanduser()
     return path if path.is_absolute() else base / path

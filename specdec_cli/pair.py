@@ -16,17 +16,16 @@ import torch
 from .cards import Card, DraftSpec
 from .decoding import Result, _elapsed, greedy_decode, prefill, speculative_decode
 from . import costs as cost_model
-from . import features, kernels
+from . import kernels
 from .batch import run as batched
-from .drafts import Draft, ModelDraft, OracleDraft, PromptLookupDraft, SyntheticDraft
+from .drafts import Draft, get as draft_kind
 from .errors import SpecdecError
 from .memory import peak_rss_mb
 from .metrics import speedup
-from .models import (DTYPES, HFLM, ModelRef, check_vocab, early_exit, load, parse_ref, quantize_int8,
-                     resolve_device, resolve_dtype, resolve_shapes)
+from .models import HFLM, ModelRef, load, model_ref, resolve_device, resolve_dtype, resolve_shapes
 from .rows import unsupported
 from .sampling import Sampling, sample_decode, speculative_sample
-from .schedule import Cost, Fixed, Heuristic, Scheduled, lookup_prior
+from .schedule import Cost, Heuristic, Scheduled
 from .toy import ToyLM
 
 
@@ -65,15 +64,20 @@ class Pair:
         schedule reads it, and a CPU target's verify matmuls take the form it measured faster
         for each width up to k + 1 (kernels.py)."""
         draft = draft or self.draft
-        if any(isinstance(getattr(d, "schedule", None), Cost) for d in draft_chain(draft)):
+        if any(isinstance(d, Scheduled) and isinstance(d.schedule, Cost) for d in draft_chain(draft)):
             self.cost_profile((draft,), k + 1)
         elif getattr(self.target, "weight_major", None) is not None:
             self.cost_profile((), k + 1)
 
+    def load_model(self, ref: ModelRef, dtype: torch.dtype, revision: str | None = None):
+        """(model, tokenizer) of another model beside the target (a model draft's): on the
+        target's device, under the card's trust_remote_code."""
+        return load(ref, self.device, dtype, self.card.trust_remote_code, revision)
+
     def cost_profile(self, drafts: tuple = (), widths: int = cost_model.MIN_WIDTHS) -> cost_model.CostProfile:
         """The target's verify cost curve (n = 1..widths) and each draft's cost per proposed
         token on this machine: cached per model/device/dtype/threads/torch, measured once."""
-        paying = {d.name: d for d in map(innermost, drafts) if hasattr(d, "step_seconds")}
+        paying = {d.name: d for d in map(innermost, drafts) if d.runs_model}
         have = self.costs
         if have is None or have.widths < widths or any(name not in have.draft_s for name in paying):
             name = self.target_name or source_name(model_ref(self.card, "target", self.card.target))
@@ -193,13 +197,13 @@ def draft_chain(draft) -> list:
 def context_window(draft) -> int | None:
     """A model draft's context window (None: the draft runs no model of its own that has one,
     e.g. prompt lookup; an early-exit view shares the target's)."""
-    return getattr(getattr(draft_chain(draft)[-1], "lm", None), "max_positions", None)
+    return innermost(draft).window
 
 
 def needs_reference(draft) -> bool:
     """Does the draft read the target's greedy reference (the synthetic draft)? Then a greedy
     run of the same prompt must come first."""
-    return any(getattr(d, "needs_reference", False) for d in draft_chain(draft))
+    return any(d.needs_reference for d in draft_chain(draft))
 
 
 def eos_ids(target, tokenizer) -> frozenset[int]:
@@ -224,56 +228,20 @@ def build_draft(spec: DraftSpec, pair: Pair) -> Draft:
         return draft
     if spec.schedule == "heuristic":
         return Scheduled(draft, Heuristic())
-    prior = lookup_prior if spec.kind == "prompt-lookup" else (lambda key: 0.6)
-    explore = not getattr(draft, "free", False)  # a skipped model draft learns only from probes
+    prior = draft_kind(spec.kind).prior
+    explore = not draft.free  # a skipped model draft learns only from probes
     return Scheduled(draft, Cost(lambda widths: pair.cost_profile((draft,), widths), draft.name, prior, explore,
                                  pinned=pair.shapes == "pinned"))
 
 
 def _build(spec: DraftSpec, pair: Pair) -> Draft:
-    target, card = pair.target, pair.card
-    label = replace(spec, schedule="fixed").label()
-    if spec.kind == "prompt-lookup":
-        return PromptLookupDraft(target.device, spec.max_ngram, spec.min_ngram, name=label)
-    if spec.kind == "toy":
-        if not isinstance(target, ToyLM):
-            raise SpecdecError(f"{card.path}: draft.kind: 'toy' needs the toy target, got target '{card.target}'")
-        return OracleDraft(target.greedy_next, target.vocab_size, spec.agree, spec.seed, target.device, label)
-    if spec.kind == "synthetic":
-        return SyntheticDraft(pair.references, target.vocab_size, spec.agree, spec.seed, target.device, label)
-    if not isinstance(target, HFLM):
+    """The draft of the spec's kind (drafts/), on a target of the kind it needs."""
+    kind, target, card = draft_kind(spec.kind), pair.target, pair.card
+    if kind.target == "toy" and not isinstance(target, ToyLM):
+        raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs the toy target, got target '{card.target}'")
+    if kind.target == "transformers" and not isinstance(target, HFLM):
         raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs a transformers target, got '{card.target}'")
-    if spec.kind == "features":
-        path = weights_path(card, spec)
-        try:
-            block, vocab_ids, meta = features.load(path, target)
-        except SpecdecError as e:
-            raise SpecdecError(f"{card.path}: draft.weights: {path}: {e}") from None
-        return features.FeatureDraft(target, block, vocab_ids, name=label, meta=meta)
-    if spec.kind == "early-exit":
-        try:
-            view = early_exit(target, spec.layers)
-        except SpecdecError as e:
-            raise SpecdecError(f"{card.path}: draft.layers: {e}") from None
-        return ModelDraft(view, target.vocab_size, name=label)
-    ref = model_ref(card, "draft.model", spec.model)
-    # The draft's own dtype (the target verifies in its own, so outputs stay exact); int8 layers
-    # are quantized from float32 weights and take float32 activations.
-    dtype = pair.dtype if spec.dtype == "auto" else DTYPES[spec.dtype]
-    dtype = torch.float32 if spec.quantize == "int8" else dtype
-    model, tok = load(ref, pair.device, dtype, card.trust_remote_code, spec.revision)
-    if not isinstance(model, HFLM):
-        raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
-    try:
-        shared = check_vocab(pair.tokenizer, tok, card.target, spec.model)
-    except SpecdecError as e:
-        raise SpecdecError(f"{card.path}: draft.model: {e}") from None
-    if spec.quantize == "int8":
-        try:
-            quantize_int8(model)
-        except SpecdecError as e:
-            raise SpecdecError(f"{card.path}: draft.quantize: {e}") from None
-    return ModelDraft(model, shared, name=label)
+    return kind.build(spec, pair, replace(spec, schedule="fixed").label())
 
 
 def check_prompts(pair: Pair, prompts: list, max_tokens: int, drafts: tuple = ()) -> None:
@@ -287,45 +255,25 @@ def check_prompts(pair: Pair, prompts: list, max_tokens: int, drafts: tuple = ()
             raise SpecdecError(f"prompt '{prompt.id}': {e}") from None
 
 
-def model_ref(card: Card, field: str, ref: str) -> ModelRef:
-    """Resolve a card's model reference; an error names the card, the field and the value."""
-    try:
-        return parse_ref(ref, card.folder)
-    except SpecdecError as e:
-        raise SpecdecError(f"{card.path}: {field}: {e}") from None
-
-
-def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = ()) -> ModelRef:
+def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = (), batch: int = 1) -> ModelRef:
     """Everything about a card and its drafts that can be checked without loading a model
     (loads take seconds to minutes): model references resolve, files exist and are what they
-    claim, each draft kind fits the target. Returns the target's reference."""
+    claim, each draft kind fits the target (and, at `batch` > 1, runs in a batch). Returns
+    the target's reference."""
     from .fetch import require_fetched
 
     require_fetched(card, drafts)  # a model not fetched yet: the command that fetches it, and its size
     target = model_ref(card, "target", card.target)
     for spec in (card.draft, *drafts):
-        if spec.kind == "toy" and target.kind != "toy":
-            raise SpecdecError(f"{card.path}: draft.kind: 'toy' needs the toy target, got target '{card.target}'")
-        if spec.kind in ("model", "early-exit", "features") and target.kind == "toy":
+        kind = draft_kind(spec.kind)
+        if kind.target == "toy" and target.kind != "toy":
+            raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs the toy target, got target '{card.target}'")
+        if kind.target == "transformers" and target.kind == "toy":
             raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs a transformers target, got '{card.target}'")
-        if spec.kind == "model" and model_ref(card, "draft.model", spec.model).kind == "toy":
-            raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
-        if spec.quantize == "int8" and resolve_device(card.device).type != "cpu":
-            raise SpecdecError(f"{card.path}: draft.quantize: 'int8' runs on the CPU only (dynamic int8 layers), "
-                               f"but device {card.device!r} is {resolve_device(card.device)}")
-        if spec.kind == "features":
-            path = weights_path(card, spec)
-            try:
-                features.read_header(path)
-            except SpecdecError as e:
-                raise SpecdecError(f"{card.path}: draft.weights: {path}: {e}") from None
+        kind.before_load(spec, card, target)
+        if batch > 1 and not kind.draft.batches:
+            raise SpecdecError(f"--batch: a {spec.kind} draft decodes one row at a time; use --batch 1")
     return target
-
-
-def weights_path(card: Card, spec: DraftSpec) -> Path:
-    """A features draft's weights file; a relative path is relative to the card's folder."""
-    path = Path(spec.weights).expanduser()
-    return path if path.is_absolute() else card.folder / path
 
 
 def forward_policy(card: Card, target, dtype: torch.dtype) -> kernels.ForwardPolicy:

@@ -19,13 +19,12 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .cards import MAX_K, DraftSpec
+from .cards import MAX_K, SCHEDULES, DraftSpec
 from .costs import CostProfile
 from .decoding import decode
 from .metrics import Stats, predict
 from .pair import Pair, build_draft, innermost
 from .prompts import Prompt
-from .schedule import SCHEDULES
 
 
 class ReplayCache:

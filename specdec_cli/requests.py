@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cards import MAX_K, Card, DraftSpec, check, override, _int, _prob
+from .cards import MAX_K, Card, DraftSpec, override
+from .checks import check, integer as _int, probability as _prob
 from .errors import SpecdecError
 from .prompts import SUITE, Prompt, first_per_category, read_prompts, read_stdin
 from .trainprompts import training_prompts

@@ -91,10 +91,8 @@ class Sampler:
         self.settings, self.generator = settings, generator
 
     def propose(self, draft, tokens: list[int], d: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(tokens [d], q [d, V'] or None); a draft without propose_sampled is deterministic."""
-        if hasattr(draft, "propose_sampled"):
-            return draft.propose_sampled(tokens, d, self.settings.warp, self.generator)
-        return draft.propose(tokens, d), None
+        """(tokens [d], q [d, V'] or None: a draft that does not sample is deterministic)."""
+        return draft.propose_sampled(tokens, d, self.settings.warp, self.generator)
 
     def verify(self, logits: torch.Tensor, proposal: torch.Tensor, q) -> tuple[torch.Tensor, torch.Tensor]:
         """logits [d+1, V] -> (accepted n: 0-dim, emitted [d+1]): rows 0..n are proposal[:n] and

@@ -18,8 +18,6 @@ from typing import Callable
 
 import torch
 
-SCHEDULES = ("cost", "heuristic", "fixed")
-
 
 class Fixed:
     name = "fixed"
@@ -263,8 +261,7 @@ class Scheduled:
     def __init__(self, draft, schedule):
         self.draft, self.schedule = draft, schedule
         self.name = f"{draft.name}+{schedule.name}"
-        self.needs_reference = getattr(draft, "needs_reference", False)
-        self.free = getattr(draft, "free", False)
+        self.needs_reference, self.free = draft.needs_reference, draft.free  # the draft's declared capabilities (drafts/base.py)
         self.pinned = None  # the next round's length when a batch decides it
 
     @property
@@ -277,7 +274,7 @@ class Scheduled:
         self.draft.begin(prompt)
 
     def _key(self, tokens: list[int], k: int) -> int:
-        return self.draft.context_key(tokens, k) if hasattr(self.draft, "context_key") else 0
+        return self.draft.context_key(tokens, k)
 
     def outlook(self, tokens: list[int], k: int) -> list[float] | None:
         """α_1..α_k the cost schedule expects in this context (None for other schedules): what a
@@ -292,7 +289,7 @@ class Scheduled:
             d = self.schedule.length(key, k, len(tokens))
         else:  # a batch chose the round's length for every row (decided for the batch's costs)
             d, self.pinned = min(self.pinned, k), None
-        peek = self.draft.lookup(tokens, 1) if d == 0 and k and key and self.free and hasattr(self.draft, "lookup") else None
+        peek = self.draft.lookup(tokens, 1) if d == 0 and k and key and self.free else None
         self.round = (key, len(tokens), peek)
         return d
 
@@ -312,14 +309,11 @@ class Scheduled:
         costs less than a 1-token step, v(2) < v(1) (on the CPUs we measured, 0.55-0.7 with
         weight-major matmuls, kernels.py). The filler is rarely right; the verify is cheaper.
         Exactness is untouched: it is verified like any proposal."""
-        return self.free and isinstance(self.schedule, Cost) and hasattr(self.draft, "filler")
+        return self.free and isinstance(self.schedule, Cost) and self.draft.fills
 
     def propose_sampled(self, tokens: list[int], k: int, warp, generator):
         d = self._length(tokens, k)
-        if hasattr(self.draft, "propose_sampled"):
-            proposal, q = self.draft.propose_sampled(tokens, d, warp, generator)
-        else:
-            proposal, q = self.draft.propose(tokens, d), None
+        proposal, q = self.draft.propose_sampled(tokens, d, warp, generator)  # q None: a deterministic draft
         self.drafted = proposal.shape[0]
         return proposal, q
 
@@ -336,7 +330,7 @@ class Scheduled:
             self.schedule.observe_verify(width, seconds, context)
 
     def step_seconds(self, context: list[int]) -> float:
-        return self.draft.step_seconds(context) if hasattr(self.draft, "step_seconds") else 0.0
+        return self.draft.step_seconds(context)
 
 
 def AdaptiveK(draft, start: int = 2) -> Scheduled:  # noqa: N802 - the name users and tests know

@@ -21,6 +21,7 @@ from specdec_cli import distill as D
 from specdec_cli import features
 from specdec_cli.cards import DraftSpec, load_card
 from specdec_cli.decoding import greedy_decode, speculative_decode
+from specdec_cli.drafts import FeatureDraft
 from specdec_cli.pair import build_draft, load_pair
 from specdec_cli.prompts import SUITE, Prompt
 from specdec_cli.sampling import Sampling, speculative_sample
@@ -184,7 +185,7 @@ def test_a_reduced_vocabulary_never_proposes_outside_it_and_stays_exact(trained)
     pair, outcome, _ = trained
     block, _, meta = features.load(outcome.weights, pair.target)
     subset = torch.tensor(sorted(set(range(0, 512, 3)) | set(pair.tokenizer.encode("the cat sat on a mat"))))
-    draft = features.FeatureDraft(pair.target, block, subset)
+    draft = FeatureDraft(pair.target, block, subset)
     assert not draft.head.prefix  # a gathered N-row head
     prompt = pair.tokenizer.encode("the cat sat")
     greedy = greedy_decode(pair.target, prompt, 40, NO_EOS).tokens

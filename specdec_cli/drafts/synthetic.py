@@ -1,0 +1,57 @@
+"""Draft kind `synthetic`: the agreement-controlled draft on a real target, for benchmarks.
+
+    draft: {kind: synthetic, agree: 0.7, seed: 0}
+Proposes the target's own greedy token (read from a greedy run of the same prompt) with
+probability `agree` per position, else a wrong one: it isolates how the loop's speed scales
+with acceptance. specdec only: no engine or peer runs it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import SpecdecError
+from .base import Kind
+from .toy import AGREEMENT, OracleDraft
+
+
+class SyntheticDraft(OracleDraft):
+    """The agreement-controlled draft on a real target: its oracle is the target's own greedy
+    decode of the same prompt, looked up in `references` (filled by a greedy run beforehand,
+    so the timed speculative run pays nothing for it). Isolates how the loop's speed scales
+    with acceptance."""
+
+    needs_reference = True  # the request's greedy run must come first (pair.needs_reference)
+
+    def __init__(self, references: dict, vocab: int, agree: float, seed: int, device, name: str):
+        super().__init__(self._oracle, vocab, agree, seed, device, name)
+        self.references = references
+
+    def begin(self, prompt: list[int]) -> None:
+        ref = self.references.get(tuple(prompt))
+        if ref is None:
+            raise SpecdecError("synthetic draft: no greedy reference for this prompt (run greedy first)", 1)
+        self.start, self.ref = len(prompt), ref
+
+    def propose(self, tokens: list[int], k: int) -> torch.Tensor:
+        # Past the reference's end (its EOS) the target's choice is unknown and the request is
+        # over anyway: never propose there, so agreement 1.0 is accepted in full.
+        return super().propose(tokens, max(0, min(k, len(self.ref) - (len(tokens) - self.start))))
+
+    def _oracle(self, context: list[int]) -> int:
+        i = len(context) - self.start  # valid while context = prompt + reference prefix
+        return self.ref[i] if i < len(self.ref) else 0
+
+
+class Synthetic(Kind):
+    name = "synthetic"
+    draft = SyntheticDraft
+    fields = AGREEMENT
+    why_not = "a benchmark draft that copies the target's own output"
+
+    def detail(self, spec) -> str:
+        return f"agree={spec.agree}"
+
+    def build(self, spec, pair, name: str) -> SyntheticDraft:
+        target = pair.target
+        return SyntheticDraft(pair.references, target.vocab_size, spec.agree, spec.seed, target.device, name)
