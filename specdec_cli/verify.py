@@ -57,7 +57,7 @@ def logit_rows(greedy: list, spec: list) -> dict:
     pairs = list(zip(greedy, spec))
     first = next((i for i, (g, s) in enumerate(pairs) if not torch.equal(g, s)), None)
     if first is None:
-        return {"bitwise": True, "logit_rows": len(pairs)}
+        return {"bitwise": True, "logit_rows": len(pairs), "bitwise_divergence": None}
     worst = max(float((g - s).abs().max()) for g, s in pairs)
     return {"bitwise": False, "logit_rows": len(pairs),
             "bitwise_divergence": {"index": first, "max_abs_diff": float((pairs[first][0] - pairs[first][1]).abs().max()),

@@ -91,10 +91,6 @@ def test_gpu_run_fits_its_sizing(cpu_run):
     assert seconds < 120, f"--cpu took {seconds:.0f} s"
 
 
-@pytest.mark.xfail(strict=True, reason="specdec: verify-exactness --batch N > 1 with a synthetic draft crashes "
-                   "(AttributeError: 'SyntheticDraft' object has no attribute 'start'): decoding.fork copies the "
-                   "draft, but SyntheticDraft keeps `oracle` as a method bound to the original, never begun. "
-                   "Remove this mark when that is fixed.")
 def test_cpu_run_is_clean(cpu_run):
     r, records, _, _ = cpu_run
     assert [x for x in records if "error" in x] == []

@@ -67,7 +67,7 @@ def test_pinned_speculative_equals_greedy_bitwise(models, config, k, batch, agre
                             width=width, trace=True))
     for i in range(len(prompts)):
         assert spec[i].tokens == greedy[i].tokens
-        assert logit_rows(greedy[i].logits, spec[i].logits) == {"bitwise": True, "logit_rows": n}
+        assert logit_rows(greedy[i].logits, spec[i].logits) == {"bitwise": True, "logit_rows": n, "bitwise_divergence": None}
 
 
 @pytest.mark.parametrize("config", ["llama", "qwen2"])
@@ -84,7 +84,7 @@ def test_free_shapes_drift_in_bfloat16_where_pinned_ones_do_not(models, config):
         assert 0 < spec.stats.accept_rate < 1  # real rejections: rollback under both shapes
     identical, rows = runs[None]
     assert not identical and not rows["bitwise"] and rows["bitwise_divergence"]["max_abs_diff_all"] > 0
-    assert runs[5] == (True, {"bitwise": True, "logit_rows": 80})
+    assert runs[5] == (True, {"bitwise": True, "logit_rows": 80, "bitwise_divergence": None})
 
 
 def test_pinned_sliding_window_crosses_the_window_bitwise(models):
@@ -170,3 +170,13 @@ def test_plan_prices_pinned_rounds_beside_free_ones(run, write_card, one_thread)
     plain = next(x for x in rows if x["k"] == 0)
     assert plain["pinned_speedup"] == plain["predicted_speedup"]  # plain greedy: free shapes either way
     assert all(x["pinned_speedup"] > 0 for x in rows)
+
+
+def test_synthetic_draft_rows_of_a_batch_read_their_own_reference(run, write_card, one_thread):
+    """Each batch row's copy of the synthetic draft asks its own request's greedy reference (the
+    copy used to call back into the original, which no row had begun)."""
+    r = run("verify-exactness", "-c", tiny_card(write_card), "-d", "synthetic:agree=0.7", "--batch", "2", "--bitwise",
+            "--json", "-k", "3", "ab cd", "x y z")
+    assert r.exit_code == 0, r.stderr
+    checks = parse_json_lines(r.stdout)
+    assert [(c["draft"], c["identical"], c["bitwise"]) for c in checks] == [("synthetic(agree=0.7)+cost", True, True)] * 2

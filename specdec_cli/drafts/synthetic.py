@@ -24,7 +24,7 @@ class SyntheticDraft(OracleDraft):
     needs_reference = True  # the request's greedy run must come first (pair.needs_reference)
 
     def __init__(self, references: dict, vocab: int, agree: float, seed: int, device, name: str):
-        super().__init__(self._oracle, vocab, agree, seed, device, name)
+        super().__init__(None, vocab, agree, seed, device, name)  # `right` below is the oracle
         self.references = references
 
     def begin(self, prompt: list[int]) -> None:
@@ -38,7 +38,9 @@ class SyntheticDraft(OracleDraft):
         # over anyway: never propose there, so agreement 1.0 is accepted in full.
         return super().propose(tokens, max(0, min(k, len(self.ref) - (len(tokens) - self.start))))
 
-    def _oracle(self, context: list[int]) -> int:
+    def right(self, context: list[int]) -> int:
+        """The reference's token after `context`: this draft's own (a batch row's copy reads its own
+        request's reference, set by its own begin)."""
         i = len(context) - self.start  # valid while context = prompt + reference prefix
         return self.ref[i] if i < len(self.ref) else 0
 

@@ -42,10 +42,14 @@ class OracleDraft(Draft):
     def begin(self, prompt: list[int]) -> None:
         pass
 
+    def right(self, context: list[int]) -> int:
+        """The target's greedy token after `context` (a method, so a copy of the draft asks itself)."""
+        return self.oracle(context)
+
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
         context, out = list(tokens), []
         for _ in range(k):
-            right = self.oracle(context)
+            right = self.right(context)
             u = _coin(self.seed, len(context))
             token = right if u < self.agree else (right + 1 + int(u * 1e6) % (self.vocab - 1)) % self.vocab
             out.append(token)
