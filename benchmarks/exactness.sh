@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Exactness in bfloat16 (and float16): verify-exactness --bitwise with pinned shapes, and the same
+# run in free shapes beside it (the contrast), for each card, at --batch 1 and --batch BATCH:
+#
+#     bash benchmarks/exactness.sh
+#
+# Writes benchmarks/exactness.jsonl (one verify-exactness record per line, tagged with card, dtype,
+# batch and the shapes asked for); report.py turns it into RESULTS.md's exactness section.
+# Knobs (environment), sized for a 2-core CPU (about 40 min at the defaults):
+#   CARDS="smollm2 smollm2-distilled smollm2-early-exit"  the first runs the whole suite, the
+#   others LIMIT prompts per category; DTYPES="bfloat16"; KS=1,2,4,8; TOKENS=64; BATCH=8;
+#   FREE=1 (0: skip the free-shape contrast); LIMIT=1
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SPECDEC=${SPECDEC:-.venv/bin/specdec}
+PYTHON=${PYTHON:-.venv/bin/python}
+CARDS=${CARDS:-smollm2 smollm2-distilled smollm2-early-exit}
+DTYPES=${DTYPES:-bfloat16}
+KS=${KS:-1,2,4,8}
+TOKENS=${TOKENS:-64}
+BATCH=${BATCH:-8}
+FREE=${FREE:-1}
+LIMIT=${LIMIT:-1}
+B=benchmarks
+out="$B/exactness.jsonl.tmp"
+: > "$out"
+"$PYTHON" -c "import json, sys; from specdec_cli.prompts import SUITE
+seen = {}
+for p in SUITE:
+    if seen.get(p.category, 0) < int(sys.argv[1]):
+        seen[p.category] = seen.get(p.category, 0) + 1; print(json.dumps({'id': p.id, 'prompt': p.text}))" "$LIMIT" \
+    > "$B/exactness-prompts.jsonl"
+first=1
+for card in $CARDS; do
+  prompts=()  # the first card: the whole built-in suite; the others: LIMIT per category
+  [ "$first" = 1 ] || prompts=(--prompts-file "$B/exactness-prompts.jsonl")
+  first=0
+  for dtype in $DTYPES; do
+    for shapes in pinned $([ "$FREE" = 1 ] && echo free); do
+      for batch in 1 "$BATCH"; do
+        [ "$shapes" = free ] && [ "$batch" != 1 ] && continue  # the contrast at batch 1 is enough
+        tag="{\"card\": \"$card\", \"dtype\": \"$dtype\", \"batch\": $batch}"
+        set +e
+        "$SPECDEC" verify-exactness -c "$card" "${prompts[@]}" --dtype "$dtype" --shapes "$shapes" --bitwise \
+            --batch "$batch" -k "$KS" -n "$TOKENS" --json 2> >(tail -1 >&2) \
+          | "$PYTHON" -c "import json, sys; tag = json.loads(sys.argv[1])
+for line in sys.stdin:
+    r = json.loads(line); [r.pop(k, None) for k in ('spec_tokens', 'greedy_tokens')]; print(json.dumps({**tag, **r}))" "$tag" \
+          >> "$out"
+        rc=${PIPESTATUS[0]}
+        set -e
+        if [ "$rc" -gt 1 ]; then  # 1 = a divergence: the result, recorded; anything else is a failure
+          echo "exactness.sh: $card $dtype $shapes --batch $batch: exit $rc" >&2
+          exit "$rc"
+        fi
+      done
+    done
+  done
+done
+mv "$out" "$B/exactness.jsonl"
+echo "wrote $B/exactness.jsonl" >&2
