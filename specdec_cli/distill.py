@@ -8,7 +8,7 @@
    `unroll` tokens the way it drafts in the loop (FeatureBlock.unroll); loss = cross-entropy
    against the target's distribution at j+s (its LM head over f_{j+s}, as EAGLE-1) + `reg` x
    smooth-L1 between the predicted and the true feature f_{j+s}, for s = 1..unroll. The step's
-   matmuls run in bfloat16 (autocast: 1.9x faster a step on a 2-core CPU); the learning rate
+   matmuls run in bfloat16 (autocast; docs/distill.md has what it saves); the learning rate
    warms up, holds, and decays linearly to 0 over the last quarter of the steps.
 4. Held-out prompts measure acceptance per draft position as it trains (teacher-forced: the
    chance the i-th drafted token equals the target's greedy token, given the ones before did);
@@ -54,7 +54,7 @@ class Settings:
     prompts: int | None = None  # use exactly this many training prompts (replays a run's data)
     data_share: float = 0.5  # of the budget, at most, for generating data (the draft is data-limited on a CPU)
     max_new_tokens: int = 128  # continuation length per prompt (EOS ends one sooner)
-    gen_batch: int = 64  # prompts per generate call (a 2-core CPU: 161 tok/s at 64, 73 at 16)
+    gen_batch: int = 64  # prompts per generate call (larger batches generate faster: docs/distill.md)
     heldout: int = 24  # prompts held out to measure acceptance (never trained on)
     vocab: int = 8192  # draft vocabulary size (see draft_vocab; >= the target's: all of it)
     unroll: int = 2  # drafted steps trained per position (1 = EAGLE-1; 2+ = training-time test)

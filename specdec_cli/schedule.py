@@ -166,9 +166,8 @@ class Cost:
     def observe_verify(self, width: int, seconds: float, context: int) -> None:
         """What a verify of `width` tokens took in the loop, relative to the profile's 1-token
         step at that context (so contexts mix). The profile is measured once and can be wrong
-        where a width's time is bimodal: the Qwen target's 2-token forward takes 270 or 480 ms
-        from one call to the next, one profile read v(2) = 0.66, the loop paid 1.05, and the
-        schedule drafted 1 token a round for a whole request where 4 paid."""
+        where a width's time is bimodal from one call to the next (docs/cost-model.md has the
+        case that found it): then the loop's own times correct it."""
         profile = self._profile(width)
         if profile.timed and profile.step_s >= self.MIN_STEP_S:
             self.seen.setdefault(width, deque(maxlen=self.SEEN)).append(seconds / profile.step(context))
