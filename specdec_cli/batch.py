@@ -5,7 +5,7 @@ What is batch-specific lives here: under the cost schedule the round's d is chos
 whole batch (`Lengths`: a [B, d+1] verify costs what it costs whichever row asked for d, so d
 must pay for the batch); the cost of a [rows, n] verify and its matmul form are measured here
 (`rectangle_seconds`); and a pair's prompts run through the loop together (`run`). Whole
-batched requests, timed, are the pair's (pair.generate_many).
+batched requests, timed, are in generation.py (`generate_many`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """`specdec distill`: train a features draft (features.py) for a target by self-distillation.
 
-1. Data: the target's own greedy continuations of training prompts (HF `generate` in batches,
-   left-padded), cached per batch in the user cache so a rerun skips what it already made.
-2. Features: a hook on the target's decoder keeps the final hidden states f_i that `generate`
-   computes anyway; the labels y_i are the greedy tokens it chose (no second pass).
+1. Data (traindata.py): the target's own greedy continuations of training prompts (HF
+   `generate` in batches, left-padded), cached per batch in the user cache so a rerun skips
+   what it already made.
+2. Features (traindata.py): a hook on the target's decoder keeps the final hidden states f_i
+   that `generate` computes anyway; the labels y_i are the greedy tokens it chose.
 3. Training: a linear warm start (least squares), then at every position j the block drafts
    `unroll` tokens the way it drafts in the loop (FeatureBlock.unroll); loss = cross-entropy
    against the target's distribution at j+s (its LM head over f_{j+s}, as EAGLE-1) + `reg` x
@@ -22,13 +23,9 @@ the prompts and steps it used, and `--prompts N --steps M` replays that run exac
 
 from __future__ import annotations
 
-import hashlib
-import json
-import random
 import tempfile
 import time
 import warnings
-from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,11 +36,10 @@ import torch.nn.functional as F
 
 from . import features
 from .errors import SpecdecError
-from .files import cache_dir, write_atomic, write_text_atomic
+from .files import write_atomic, write_text_atomic
 from .prompts import Prompt
 from .schedule import expected_tokens
-
-CACHE_FORMAT = "distill-batch/1"  # part of every cached batch's key: a new layout never reads an old file
+from .traindata import Batcher, Sequence, draft_vocab, make_data, order_prompts
 
 
 @dataclass(frozen=True)
@@ -69,15 +65,6 @@ class Settings:
     batch: int = 8  # sequences per step
     eval_every: int = 50  # steps between held-out measurements (each may checkpoint)
     positions: int = 4  # acceptance measured for draft positions 1..positions
-
-
-@dataclass
-class Sequence:
-    ids: list[int]  # prompt + the target's greedy continuation
-    prompt_len: int
-    heldout: bool
-    features: torch.Tensor | None = None  # [S, H] f_i, float16
-    labels: torch.Tensor | None = None  # [S] y_i: the target's greedy token after position i (-1: in the prompt)
 
 
 @dataclass
@@ -108,137 +95,8 @@ def check_out(path: Path) -> None:
         raise SpecdecError(f"command line: --out: cannot write to {path}: {e.strerror or e}") from None
 
 
-def order_prompts(prompts: list[Prompt], seed: int) -> list[Prompt]:
-    """Shuffle within each category, then interleave the categories: any prefix is balanced."""
-    rng, groups = random.Random(seed), {}
-    for p in prompts:
-        groups.setdefault(p.category, []).append(p)
-    for group in groups.values():
-        rng.shuffle(group)
-    ordered, lists = [], list(groups.values())
-    for i in range(max(map(len, lists))):
-        ordered += [g[i] for g in lists if i < len(g)]
-    return ordered
-
-
-# ---------------------------------------------------------------------------- data
-@torch.no_grad()
-def continuations(pair, batch: list[list[int]], max_new_tokens: int) -> list[Sequence]:
-    """The target's greedy continuations of a batch of prompt ids (left-padded `generate`), with
-    the features it computed on the way: a hook on the decoder keeps each call's final hidden
-    states (prefill: the prompts; then one position per step), so no second pass is needed.
-
-    A row generating g_1..g_n (cut after its first EOS) becomes ids = prompt + g_1..g_{n-1}
-    (g_n is never fed, so it has no feature) and labels y_i = g_{i-P+2} for i >= P-1: the
-    target's own greedy token after position i; -1 inside the prompt (no label needed there:
-    the draft only ever drafts after the prompt). Features are kept as float16."""
-    model, pad = pair.target.model, 0
-    width = max(map(len, batch))
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=pair.device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=pair.device)
-    eos = sorted(pair.eos)
-    calls = []
-    hook = model.get_decoder().register_forward_hook(lambda m, a, o: calls.append(o[0].to("cpu", torch.float16)))
-    try:
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, min_new_tokens=1,
-                             do_sample=False, eos_token_id=eos or None, pad_token_id=eos[0] if eos else pad)
-    finally:
-        hook.remove()
-    generated = out[:, width:].tolist()
-    steps = torch.cat(calls[1:], dim=1) if len(calls) > 1 else calls[0][:, :0]  # [B, n-1, H]
-    if calls[0].shape[1] != width or steps.shape[1] != len(generated[0]) - 1:
-        raise SpecdecError(f"internal error: {type(model).__name__}.generate called its decoder in an unexpected "
-                           f"pattern ({[c.shape[1] for c in calls[:4]]}...), so its features cannot be kept")
-    result = []
-    for b, (prompt, row) in enumerate(zip(batch, generated)):
-        n = next((i + 1 for i, t in enumerate(row) if t in pair.eos), len(row))
-        feats = torch.cat([calls[0][b, width - len(prompt):], steps[b, : n - 1]])  # [P + n - 1, H]
-        labels = torch.tensor([-1] * (len(prompt) - 1) + row[:n])
-        result.append(Sequence(prompt + row[: n - 1], len(prompt), False, feats, labels))
-    return result
-
-
-def _save_batch(path: Path, seqs: list[Sequence]) -> None:
-    from safetensors.torch import save_file
-
-    save_file({"ids": torch.tensor([t for q in seqs for t in q.ids]), "labels": torch.cat([q.labels for q in seqs]),
-               "features": torch.cat([q.features for q in seqs]), "prompt_lens": torch.tensor([q.prompt_len for q in seqs]),
-               "lengths": torch.tensor([len(q.ids) for q in seqs])}, str(path))
-
-
-def _load_batch(path: Path) -> list[Sequence]:
-    from safetensors.torch import load_file
-
-    t = load_file(str(path))
-    seqs, at = [], 0
-    for n, p in zip(t["lengths"].tolist(), t["prompt_lens"].tolist()):
-        seqs.append(Sequence(t["ids"][at:at + n].tolist(), p, False, t["features"][at:at + n], t["labels"][at:at + n]))
-        at += n
-    return seqs
-
-
-def make_data(pair, prompts: list[Prompt], s: Settings, fingerprint: str, deadline: float | None,
-              report: Callable[[Progress], None]) -> list[Sequence]:
-    """Held-out prompts first, then training prompts, batch by batch until the prompts run out,
-    `s.prompts` training prompts are done, or the deadline passes (whole batches only). Each
-    batch is cached in the user cache (keyed by target, prompts and length): a rerun reuses it."""
-    held = min(s.heldout, max(1, len(prompts) // 5))
-    want = len(prompts) - held if s.prompts is None else min(s.prompts, len(prompts) - held)
-    if want < 1:
-        raise SpecdecError(f"need at least {held + 1} prompts ({held} held out + 1 to train on), got {len(prompts)}")
-    encoded = [pair.tokenizer.encode(p.text, chat=pair.chat) for p in prompts[: held + want]]
-    limit = pair.target.max_positions
-    room = s.max_new_tokens if not limit else min(s.max_new_tokens, limit - max(map(len, encoded)))
-    if room < 1:
-        raise SpecdecError(f"training prompts leave no room to generate within the target's context window of {limit}")
-    seqs, start = [], time.monotonic()
-    chunks = [range(i, min(i + s.gen_batch, held)) for i in range(0, held, s.gen_batch)]
-    chunks += [range(i, min(i + s.gen_batch, held + want)) for i in range(held, held + want, s.gen_batch)]
-    for rows in chunks:
-        if deadline is not None and s.prompts is None and time.monotonic() > deadline and any(not q.heldout for q in seqs):
-            break
-        batch = [encoded[i] for i in rows]
-        key = hashlib.sha256(json.dumps([CACHE_FORMAT, fingerprint, room, batch]).encode()).hexdigest()[:32]
-        cached = cache_dir("distill", fingerprint[:16]) / f"{key}.safetensors"
-        try:
-            made = _load_batch(cached)
-        except Exception:  # noqa: BLE001 - absent or unreadable: make it again
-            made = continuations(pair, batch, room)
-            try:
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(cached, lambda path: _save_batch(path, made), "distill cache")
-            except OSError:
-                pass  # the cache is an optimisation only
-        for i, q in zip(rows, made):
-            q.heldout = i < held
-        seqs += made
-        train = [q for q in seqs if not q.heldout]
-        report(Progress("data", time.monotonic() - start, (deadline - start) if deadline else 1, len(train),
-                        sum(len(q.ids) for q in train)))
-    return seqs
-
-
-def draft_vocab(seqs: list[Sequence], size: int, target_vocab: int) -> torch.Tensor:
-    """`size` target ids for the draft's head (all of them when size >= the vocabulary): the
-    first `size` ids (byte-level BPE numbers tokens roughly by frequency; the head is then a
-    view of the target's, shared) or the `size` most frequent tokens of the training answers,
-    whichever covers more of the held-out answers. Ascending ids; ties prefer the prefix."""
-    if size >= target_vocab:
-        return torch.arange(target_vocab)
-    counts = Counter()
-    for q in seqs:
-        if not q.heldout:
-            counts.update(t for t in q.labels.tolist() if t >= 0)
-    frequent = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]]
-    seen = set(frequent)  # a corpus with fewer distinct tokens: fill up with the lowest other ids
-    frequent = sorted(frequent + [t for t in range(target_vocab) if t not in seen][: size - len(frequent)])
-    held = [t for q in seqs if q.heldout for t in q.labels.tolist() if t >= 0]
-    if sum(t < size for t in held) >= sum(t in seen for t in held):
-        return torch.arange(size)
-    return torch.tensor(frequent)
-
-
-def warm_start(block: features.FeatureBlock, batcher: "Batcher", seqs: list[Sequence], ridge: float = 1.0) -> None:
+# ---------------------------------------------------------------------------- training
+def warm_start(block: features.FeatureBlock, batcher: Batcher, seqs: list[Sequence], ridge: float = 1.0) -> None:
     """Start from the best linear guess: `fc` = the least-squares map from (f_j, embed(t_{j+1}))
     to f_{j+1} over the training data (ridge-regularised), with the attention and MLP outputs
     zeroed, so step 0 already drafts like a linear predictor and training learns the rest."""
@@ -257,36 +115,6 @@ def warm_start(block: features.FeatureBlock, batcher: "Batcher", seqs: list[Sequ
         block.fc.weight.copy_(torch.linalg.solve(xtx, xty).T.float())
         block.o.weight.zero_()
         block.down.weight.zero_()
-
-
-# ---------------------------------------------------------------------------- training
-class Batcher:
-    """Padded training batches: features [B, S, H], embeds [B, S+U, H], labels (draft rows,
-    -1 = outside the draft vocabulary or padding) [B, S], lengths [B]."""
-
-    def __init__(self, pair, seqs: list[Sequence], vocab_ids: torch.Tensor, unroll: int):
-        self.embed = pair.target.model.get_input_embeddings()
-        self.device, self.unroll = pair.device, unroll
-        row = torch.full((pair.target.vocab_size,), -1, dtype=torch.long)
-        row[vocab_ids] = torch.arange(vocab_ids.shape[0])
-        self.row = row.to(pair.device)
-        self.seqs = seqs
-
-    @torch.no_grad()
-    def __call__(self, items: list[Sequence]):
-        B, S = len(items), max(len(q.ids) for q in items)
-        H = items[0].features.shape[1]
-        feats = torch.zeros(B, S, H, device=self.device)
-        ids = torch.zeros(B, S + self.unroll, dtype=torch.long, device=self.device)
-        labels = torch.full((B, S), -1, dtype=torch.long, device=self.device)
-        lengths = torch.tensor([len(q.ids) for q in items], device=self.device)
-        for b, q in enumerate(items):
-            n = len(q.ids)
-            feats[b, :n] = q.features.to(self.device, torch.float32)
-            ids[b, :n] = torch.tensor(q.ids, device=self.device)
-            labels[b, :n] = torch.where(q.labels >= 0, self.row[q.labels.clamp(min=0).to(self.device)], -1)
-        embeds = self.embed(ids).float() * (torch.arange(S + self.unroll, device=self.device)[None] < lengths[:, None])[..., None]
-        return feats, embeds, labels, lengths
 
 
 def losses(block, head_w, inputs, feats, embeds, lengths, steps: int, reg: float):
@@ -374,7 +202,12 @@ def distill(pair, prompts: list[Prompt], s: Settings, out: Path, command: str, s
     check_out(out)
     begun = time.monotonic()
     fp = features.fingerprint(pair.target)
-    seqs = make_data(pair, order_prompts(prompts, s.seed), s, fp, begun + s.data_share * s.minutes * 60, report)
+
+    def made(done: float, total: float, trained_on: int, tokens: int) -> None:  # the data phase's progress
+        report(Progress("data", done, total, trained_on, tokens))
+
+    seqs = make_data(pair, order_prompts(prompts, s.seed), s.heldout, s.prompts, s.gen_batch, s.max_new_tokens, fp,
+                     begun + s.data_share * s.minutes * 60, made)
     meta = {"target": pair.card.target, "card": pair.card.name, "fingerprint": fp, "command": command,
             "prompts_source": source, "seed": s.seed, "settings": asdict(s)}
     return train(pair, seqs, s, out, meta, begun, report)

@@ -8,6 +8,7 @@ offers the same four things:
     vocab_size                  width of the logits
     device, max_positions       where it runs; its context window (None = unbounded)
 A cache is cropped with `cache.crop(-n)` (drop the last n positions; transformers 5.x semantics).
+`load` returns each model with its tokenizer (tokenizers.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import torch
 
 from .errors import SpecdecError
 from .files import cache_dir
-from .toy import ToyLM, ToyTokenizer
+from .tokenizers import ByteTokenizer, HFTokenizer, ToyTokenizerAdapter
+from .toy import ToyLM
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -141,70 +143,6 @@ def _file_ref(path: Path, ref: str) -> ModelRef:
     if magic != b"GGUF":
         raise SpecdecError(f"model reference '{ref}': {path} is not a GGUF file (bad magic {magic!r})")
     return ModelRef("gguf", str(path.parent), path.name)
-
-
-# ---------------------------------------------------------------------------- tokenizers
-class HFTokenizer:
-    """A transformers tokenizer with the few calls specdec needs."""
-
-    def __init__(self, tok):
-        self.tok = tok
-        self.eos_token_id = tok.eos_token_id
-
-    def has_chat_template(self) -> bool:
-        return bool(getattr(self.tok, "chat_template", None))
-
-    def encode(self, text: str, chat: bool = False) -> list[int]:
-        if chat:
-            out = self.tok.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-            )
-            return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
-        return list(self.tok(text)["input_ids"])
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(ids, skip_special_tokens=True)
-
-    def piece(self, token_id: int) -> str:
-        return self.tok.decode([token_id])
-
-    def vocab(self) -> list[str]:
-        return self.tok.convert_ids_to_tokens(list(range(len(self.tok))))
-
-
-class ByteTokenizer:
-    """UTF-8 bytes as ids 0..255: the tokenizer for `random:` models, which ship none."""
-
-    eos_token_id = None
-
-    def __init__(self, vocab_size: int):
-        self.vocab_size = vocab_size
-
-    def has_chat_template(self) -> bool:
-        return False
-
-    def encode(self, text: str, chat: bool = False) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids: list[int]) -> str:
-        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
-
-    def piece(self, token_id: int) -> str:
-        return self.decode([token_id])
-
-    def vocab(self) -> list[str]:
-        return [f"<{i}>" for i in range(self.vocab_size)]
-
-
-class ToyTokenizerAdapter(ToyTokenizer):
-    def has_chat_template(self) -> bool:
-        return False
-
-    def encode(self, text: str, chat: bool = False) -> list[int]:
-        return super().encode(text)
-
-    def piece(self, token_id: int) -> str:
-        return " " + self.words[token_id]
 
 
 # ---------------------------------------------------------------------------- models
@@ -390,20 +328,3 @@ def _quiet_gguf_progress() -> None:
 
     if hasattr(gguf_utils, "tqdm") and not isinstance(gguf_utils.tqdm, functools.partial):
         gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
-
-
-def check_vocab(target_tok, draft_tok, target_name: str, draft_name: str) -> int:
-    """Draft and target must agree on every token id they share; returns the shared size.
-
-    Judged on the tokenizers, not config.vocab_size (which may be padded: Qwen2.5-7B 152064
-    vs Qwen2.5-0.5B 151936 with one tokenizer).
-    """
-    a, b = target_tok.vocab(), draft_tok.vocab()
-    shared = min(len(a), len(b))
-    for i in range(shared):
-        if a[i] != b[i]:
-            raise SpecdecError(
-                f"draft '{draft_name}' and target '{target_name}' have incompatible tokenizers: "
-                f"token {i} is {a[i]!r} in the target but {b[i]!r} in the draft"
-            )
-    return shared

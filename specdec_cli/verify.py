@@ -12,8 +12,9 @@ import yaml
 from .cards import draft_spec
 from .drafts import Draft
 from .errors import SpecdecError
+from .generation import first_divergence
 from .metrics import Stats
-from .pair import Pair, first_divergence, needs_reference
+from .pair import Pair, needs_reference
 from .prompts import Prompt
 from .sampling import prefix_distribution, sequence_probability
 from .stattest import MIN_EXPECTED, ChiSquare, goodness_of_fit, homogeneity

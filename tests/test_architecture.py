@@ -14,12 +14,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "specdec_cli"
 # Lowest first; a module may import its own layer and those below (docs/architecture.md).
 LAYERS = {
     1: ("leaves", ["errors", "settings", "checks", "memory", "metrics", "toy", "stattest", "kernels", "files",
-                   "prompts", "features"]),
-    2: ("models and measurements", ["models", "costs", "rows", "trainprompts"]),
+                   "prompts", "features", "tokenizers", "benchrows"]),
+    2: ("models and measurements", ["models", "costs", "rows", "trainprompts", "traindata"]),
     3: ("the loop", ["decoding", "sampling", "schedule", "batch"]),
     4: ("drafts", ["drafts", "drafts.*"]),
     5: ("the card", ["cards", "fetch"]),
-    6: ("the pair", ["pair"]),
+    6: ("the pair", ["pair", "generation", "peers"]),
     7: ("command libraries", ["verify", "plan", "bench", "distill", "export"]),
     8: ("command-line edges", ["requests", "render", "plot", "guard"]),
     9: ("the command line", ["cli", "commands", "commands.*"]),

@@ -10,10 +10,11 @@ import math
 
 import pytest
 
-from specdec_cli import bench, costs
+from specdec_cli import bench, benchrows, costs
 from specdec_cli.cards import DraftSpec, load_card
 from specdec_cli.metrics import expected_speedup, expected_tokens_per_round
 from specdec_cli.pair import build_draft, load_pair
+from specdec_cli.peers import hf_generate, transformers_peer
 from specdec_cli.prompts import SUITE, Prompt
 
 from .conftest import parse_json_lines
@@ -140,7 +141,7 @@ def test_agreement_sweep_seed_claims(run, prompts_file):
 def test_synthetic_draft_agrees_as_set():
     """Over the whole suite the measured per-token agreement is close to the set one."""
     pair = load_pair(load_card("toy"))
-    rows = bench.summarize(list(bench.run(pair, SUITE, bench.plan(pair, [4], [0.3, 0.5, 0.9]), 64, 1)))
+    rows = benchrows.summarize(list(bench.run(pair, SUITE, bench.plan(pair, [4], [0.3, 0.5, 0.9]), 64, 1)))
     for row in rows:
         if row.scope == "all" and row.agree is not None:
             assert abs(row.agreement_est - row.agree) < 0.08, (row.agree, row.agreement_est)
@@ -278,9 +279,9 @@ def test_fixed_k_settings_are_restored(tiny_card):
     pair = load_pair(load_card(str(tiny_card({"kind": "early-exit", "layers": 2}))))
     config = pair.target.model.generation_config
     before = (config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold)
-    peer = bench.transformers_peer(pair, 3)
+    peer = transformers_peer(pair, 3)
     ids = pair.encode("abc abc", 12)
-    tokens, wall, forwards = bench.hf_generate(pair, ids, 12, peer)
+    tokens, wall, forwards = hf_generate(pair, ids, 12, peer)
     assert tokens == pair.greedy(ids, 12).tokens and wall > 0 and forwards >= 3
     assert (config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold) == before
 
@@ -334,11 +335,11 @@ def test_interrupt_keeps_finished_rows(run, monkeypatch):
 
 def test_summarize_and_theory():
     def row(name, category, tokens, rounds, greedy_s, spec_s, identical=True):
-        return bench.Row("prompt", name, category, "d", 4, 0.5, 1, tokens, rounds, rounds + 1, 8, 8, 4, 2,
+        return benchrows.Row("prompt", name, category, "d", 4, 0.5, 1, tokens, rounds, rounds + 1, 8, 8, 4, 2,
                          greedy_s, spec_s, tokens, identical, 1.5, 0.1, False)
 
     rows = [row("a", "x", 10, 5, 1.0, 0.5), row("b", "x", 20, 4, 2.0, 1.0), row("c", "y", 6, 6, 1.0, 2.0, False)]
-    out = {(r.scope, r.name): r for r in bench.summarize(rows)}
+    out = {(r.scope, r.name): r for r in benchrows.summarize(rows)}
     assert list(out) == [("category", "x"), ("category", "y"), ("all", "all")]
     x, total = out[("category", "x")], out[("all", "all")]
     assert (x.tokens, x.verify_rounds, x.prompts, x.identical) == (30, 9, 2, True)
@@ -355,9 +356,9 @@ def test_smollm2_bench_and_transformers_agree(smollm2_pair):
     pair = smollm2_pair
     prompts = [Prompt("rag", SUITE[15].text, "rag")]
     configs = bench.plan(pair, [4], [1.0])
-    rows = list(bench.run(pair, prompts, configs, 24, 1, bench.transformers_peer(pair, 4)))
-    spec_rows = [r for r in rows if isinstance(r, bench.Row)]
-    peer_rows = [r for r in rows if isinstance(r, bench.PeerRow)]
+    rows = list(bench.run(pair, prompts, configs, 24, 1, transformers_peer(pair, 4)))
+    spec_rows = [r for r in rows if isinstance(r, benchrows.Row)]
+    peer_rows = [r for r in rows if isinstance(r, benchrows.PeerRow)]
     assert all(r.identical for r in rows) and len(spec_rows) == 2 and len(peer_rows) == 2
     assert spec_rows[0].accept_rate == 1.0 and spec_rows[0].verify_rounds == math.ceil(spec_rows[0].tokens / 5)
     assert all(r.tokens == r.hf_tokens for r in peer_rows)

@@ -186,7 +186,7 @@ def test_a_draft_that_reads_the_greedy_reference_gets_it_whatever_its_name():
     draft), also inside a wrapper: a property of the draft, not a prefix of its name."""
     from specdec_cli.bench import SimulatedCost
     from specdec_cli.drafts import SyntheticDraft
-    from specdec_cli.pair import generate
+    from specdec_cli.generation import generate
 
     from .toys import reference
 

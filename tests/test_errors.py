@@ -329,12 +329,12 @@ def test_command_line_parse_errors(run, args, message):
 
 def test_internal_errors_are_one_line_exit_1_unless_debugging(run, monkeypatch):
     """A bug (not the user's fault) is still one line; SPECDEC_DEBUG=1 shows the traceback."""
-    import specdec_cli.pair as pair_mod
+    import specdec_cli.generation as generation_mod
 
     def broken(*a, **kw):
         raise RuntimeError("the loop fell over\nsecond line")
 
-    monkeypatch.setattr(pair_mod, "generate", broken)
+    monkeypatch.setattr(generation_mod, "generate", broken)
     monkeypatch.delenv("SPECDEC_DEBUG", raising=False)
     r = run("generate", "-c", "toy", "ba")
     assert_one_error(r, "internal error: RuntimeError: the loop fell over (set SPECDEC_DEBUG=1 for the traceback)",

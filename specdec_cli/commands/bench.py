@@ -92,15 +92,16 @@ def bench(
                            plot=plot, csv=csv_file, batch=batch_size, temperature=temperature, top_k=top_k, top_p=top_p)
     items = request.items()
     json_out.start(as_json, command="bench", card=card)  # Ctrl-C: the rows so far + an incomplete marker
-    from .. import bench as measure  # imports torch: only when the command runs
+    from .. import bench as measure, peers  # both load torch: only when the command runs
+    from ..benchrows import PeerRow, Row, summarize
 
     if vs_transformers:
-        measure.check_peer(load_card(card))  # before minutes of loading
+        peers.check_peer(load_card(card))  # before minutes of loading
     sampled = request.check_card(load_card(card))  # checked before the long load
     pair = load(card, batch=batch_size, k=k, max_tokens=max_tokens, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, **request.sampling)
 
     c = pair.card
-    peer = measure.transformers_peer(pair, c.k) if vs_transformers else None
+    peer = peers.transformers_peer(pair, c.k) if vs_transformers else None
     configs = measure.plan(pair, request.k_list or [c.k], request.agrees, seed or 0, draft_cost)
     context = {"card": c.name, "device": str(pair.device), "dtype": pair.dtype_name, "chat": pair.chat,
                "max_tokens": c.max_tokens, "repeats": repeats, **measure.environment()}
@@ -120,13 +121,13 @@ def bench(
                     json_out.emit(bench_json(row, context))
         except KeyboardInterrupt:
             interrupted = True  # show what is done, then let `friendly` report the interrupt
-    summary = measure.summarize(rows)
+    summary = summarize(rows)
     done = len({r.name for r in rows})
     title = (f"card {c.name} · {pair.device} {pair.dtype_name} · {done} prompts · max {c.max_tokens} tokens · "
              f"median of {repeats}" + (f" · batch {batch_size}" if batch_size > 1 else "") + (f" · SAMPLING T={c.temperature} top-k={c.top_k} top-p={c.top_p} seed={c.seed}: "
                                        "'greedy' columns are plain sampling" if sampled else "") + (f" · INTERRUPTED after {done} of {len(items)} prompts" if interrupted else ""))
-    bench_rows = [r for r in summary if isinstance(r, measure.Row)]
-    peer_rows = [r for r in summary if isinstance(r, measure.PeerRow) and r.scope == "all"]
+    bench_rows = [r for r in summary if isinstance(r, Row)]
+    peer_rows = [r for r in summary if isinstance(r, PeerRow) and r.scope == "all"]
     if as_json and not interrupted:
         for row in summary:
             json_out.emit(bench_json(row, context))
@@ -151,9 +152,9 @@ def bench(
         err.print(f"wrote {plot}", highlight=False)
     for note in notes:
         err.print(note, markup=False, highlight=False, soft_wrap=True)
-    differ = [r for r in rows if isinstance(r, measure.Row) and r.identical is False]
-    peers_differ = [r for r in rows if isinstance(r, measure.PeerRow) and not r.identical]
-    checked = sum(isinstance(r, measure.Row) and r.identical is not None for r in rows)
+    differ = [r for r in rows if isinstance(r, Row) and r.identical is False]
+    peers_differ = [r for r in rows if isinstance(r, PeerRow) and not r.identical]
+    checked = sum(isinstance(r, Row) and r.identical is not None for r in rows)
     if sampled:
         err.print("sampling: outputs are equal in distribution, not token for token (see verify-exactness --temperature)")
     else:

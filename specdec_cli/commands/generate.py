@@ -56,7 +56,8 @@ def generate(
 
         specdec generate --temperature 0.8 --top-p 0.95 --seed 7 "Write a haiku."
     """
-    from ..pair import check_prompts, generate as run  # imports torch: only when the command runs
+    from ..generation import generate as run  # imports torch: only when the command runs
+    from ..pair import check_prompts
 
     request = GenerateRequest(prompt=prompt, prompts_file=prompts_file, mode=mode, batch=batch_size)
     prompt, batch = request.read(read_stdin())
@@ -91,7 +92,7 @@ def generate(
 
 def generate_batched(pair, prompts, mode: str, batch_size: int) -> None:
     """--prompts-file with --batch N: one JSON line per prompt in input order, then a summary."""
-    from ..pair import Summary, generate_many  # imports torch: only when the command runs
+    from ..generation import Summary, generate_many  # imports torch: only when the command runs
 
     c = pair.card
     summary = Summary(len(prompts), batch_size)

@@ -12,7 +12,8 @@ import torch
 
 from ..checks import choice, text
 from ..errors import SpecdecError
-from ..models import DTYPES, HFLM, check_vocab, model_ref, quantize_int8, resolve_device
+from ..models import DTYPES, HFLM, model_ref, quantize_int8, resolve_device
+from ..tokenizers import check_vocab
 from .base import Draft, Field, Kind
 
 QUANTIZE = ("none", "int8")  # as loaded, or int8 nn.Linear layers (CPU)
