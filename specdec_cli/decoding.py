@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import torch
 
 from .metrics import Round, Stats
-from .rows import prefill, rows_for  # noqa: F401  (prefill: re-exported)
+from .rows import prefill, rows_for, to_device  # noqa: F401  (prefill: re-exported)
 
 
 @dataclass
@@ -176,7 +176,7 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
         while waiting and len(live) < batch:
             index, prompt = waiting.popleft()
             r = Request(index, prompt, fork(draft) if batch > 1 else draft, verifier(),
-                        torch.tensor([prompt[-1]], device=target.device), logits=[] if trace else None)
+                        to_device([prompt[-1]], target.device), logits=[] if trace else None)
             r.stats.target_forwards = cache.add(prompt, prefix)
             r.draft.begin(prompt)
             live.append(r)

@@ -30,11 +30,20 @@ from .errors import SpecdecError
 PAD = 0  # the id that fills a pinned forward's unused slots (any id will do: its outputs are dropped)
 
 
+def to_device(values: list, device) -> torch.Tensor:
+    """Host ints as a long tensor on `device`. On a GPU through pinned memory, asynchronously: a
+    plain copy from pageable memory synchronizes, and a round allows itself one host sync."""
+    host = torch.tensor(values, dtype=torch.long)
+    if torch.device(device).type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def prefill(lm, cache, prompt: list[int]) -> int:
     """Cache every prompt token but the last (the first round feeds it). Returns forwards made."""
     if len(prompt) < 2:
         return 0
-    lm.forward(torch.tensor([prompt[:-1]], device=lm.device), cache, keep=1)  # logits unused
+    lm.forward(to_device([prompt[:-1]], lm.device), cache, keep=1)  # logits unused
     return 1
 
 
@@ -151,10 +160,12 @@ class HFRows:
 
     def select(self, rows: list[int]) -> None:
         """Keep these rows, in this order, as rows 0..len(rows)-1."""
+        if rows == list(range(len(rows))):  # the first rows stay where they are: nothing to move
+            self.lengths = self.lengths[: len(rows)]
+            return
         width = max((self.lengths[i] for i in rows), default=0)
-        index = torch.tensor(rows, dtype=torch.long)
         for layer in self.cache.layers:
-            at = index.to(layer.keys.device)
+            at = to_device(rows, layer.keys.device)
             layer.keys[: len(rows), :, :width] = layer.keys[at, :, :width]
             layer.values[: len(rows), :, :width] = layer.values[at, :, :width]
         self.lengths = [self.lengths[i] for i in rows]
@@ -169,7 +180,7 @@ class HFRows:
             ids = torch.cat([ids, ids.new_full((self.rows - b, self.width), PAD)])
             lengths = lengths + [0] * (self.rows - b)  # rows not live: padding at their own columns
         fed = ids.shape[1]
-        positions = torch.tensor(lengths, device=ids.device)[:, None] + torch.arange(fed, device=ids.device)
+        positions = to_device(lengths, ids.device)[:, None] + torch.arange(fed, device=ids.device)
         self.columns = self.capacity if self.width is not None else max(lengths) + fed
         self._reserve(len(lengths), max(lengths) + fed)
         self.at = positions[:, None, :, None]  # [B, 1, S, 1]: where each new position is written

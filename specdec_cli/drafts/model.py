@@ -13,6 +13,7 @@ import torch
 from ..checks import choice, text
 from ..errors import SpecdecError
 from ..models import DTYPES, HFLM, model_ref, quantize_int8, resolve_device
+from ..rows import to_device
 from ..tokenizers import check_vocab
 from .base import Draft, Field, Kind
 
@@ -42,7 +43,7 @@ class ModelDraft(Draft):
 
     def begin(self, prompt: list[int]) -> None:
         self.cache, self.cached, self.base, self.k = self.lm.new_cache(), 0, 0, 0
-        self.pending = torch.tensor(prompt, device=self.lm.device)  # [S]: once per request
+        self.pending = to_device(prompt, self.lm.device)  # [S]: once per request, without a host sync
 
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
         return self._propose(tokens, k, None, None)[0]
@@ -95,7 +96,7 @@ def _on(new: torch.Tensor | None, tokens: list[int], base: int, device) -> torch
     """tokens[base:] as a device tensor: the loop's `new` when given, else copied from the host."""
     if new is not None and new.shape[0] == len(tokens) - base:
         return new
-    return torch.tensor(tokens[base:], dtype=torch.long, device=device)
+    return to_device(tokens[base:], device)
 
 
 class Model(Kind):
