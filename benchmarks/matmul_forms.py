@@ -21,7 +21,7 @@ HEAD = (49152, 576)
 
 
 def main(counts: list[int]) -> None:
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(__import__("os").environ.get("THREADS", "2")))
     torch.manual_seed(0)
     weights = [torch.randn(o, i) * 0.02 for _ in range(30) for o, i in LAYER] + [torch.randn(*HEAD) * 0.02]
     packs = [torch.ops.mkldnn._reorder_linear_weight(w, None) for w in weights]
