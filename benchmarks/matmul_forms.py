@@ -4,7 +4,7 @@ matmuls (body) and the LM head at a given number of matmul rows (tokens in one f
 
     .venv/bin/python benchmarks/matmul_forms.py 1 2 8 16 40
 
-Random weights of the model's shapes; 2 torch threads like the benchmarks. What kernels.py's
+Random weights of the model's shapes; THREADS torch threads (default 2, like the benchmarks). What kernels.py's
 docstring quotes; the cost profile measures the real model on your machine instead.
 """
 
