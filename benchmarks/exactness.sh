@@ -4,8 +4,10 @@
 #
 #     bash benchmarks/exactness.sh
 #
-# Writes benchmarks/exactness.jsonl (one verify-exactness record per line, tagged with card, dtype,
-# batch and the shapes asked for); report.py turns it into RESULTS.md's exactness section.
+# Writes exactness.jsonl (one verify-exactness record per line, tagged with card, dtype, batch and
+# the shapes asked for) into this machine kind's folder, benchmarks/results/<cpu-slug>/ (with a
+# machine.json when the folder has none yet); report.py turns it into that kind's page's exactness
+# section (python benchmarks/report.py DIR > DIR.md, or the next bash benchmarks/run.sh).
 # Knobs (environment), sized for a 2-core CPU (about 40 min at the defaults):
 #   CARDS="smollm2 smollm2-distilled smollm2-early-exit"  the first runs the whole suite, the
 #   others LIMIT prompts per category; DTYPES="bfloat16"; KS=1,2,4,8; TOKENS=64; BATCH=8;
@@ -21,7 +23,10 @@ TOKENS=${TOKENS:-64}
 BATCH=${BATCH:-8}
 FREE=${FREE:-1}
 LIMIT=${LIMIT:-1}
-B=benchmarks
+B=benchmarks/results/$("$PYTHON" benchmarks/report.py --slug)  # this machine's kind
+mkdir -p "$B"
+command="CARDS=\"$CARDS\" DTYPES=\"$DTYPES\" KS=$KS TOKENS=$TOKENS BATCH=$BATCH FREE=$FREE LIMIT=$LIMIT bash benchmarks/exactness.sh"
+[ -f "$B/machine.json" ] || "$PYTHON" benchmarks/report.py --machine "$command" > "$B/machine.json"
 out="$B/exactness.jsonl.tmp"
 : > "$out"
 "$PYTHON" -c "import json, sys; from specdec_cli.prompts import SUITE

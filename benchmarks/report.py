@@ -1,13 +1,21 @@
-"""Write benchmarks/RESULTS.md from the JSON lines of `specdec bench` (run by benchmarks/run.sh).
+"""Write one machine kind's page, benchmarks/results/<kind>.md, from the JSON lines in its folder
+benchmarks/results/<kind>/ (written there by benchmarks/run.sh; benchmarks/summary.py then makes
+the summary across kinds, benchmarks/RESULTS.md).
 
-Only reads the bench JSON contract (one object per line; `scope` prompt | category | all), so
-every number in RESULTS.md comes from the run, and regenerating it is one command.
+Only reads the JSON contracts (bench: one object per line, `scope` prompt | category | all), so
+every number on a page comes from a run, and regenerating it is one command:
 
-    python benchmarks/report.py DIR COMMAND [NOTE] > RESULTS.md
+    python benchmarks/report.py DIR [COMMAND [NOTE]] > DIR.md
+    python benchmarks/report.py --machine [COMMAND]   # this machine and run, as JSON (machine.json)
+    python benchmarks/report.py --slug                # this machine's kind: the folder's name
 
-DIR holds bench.jsonl and sweep.jsonl, and optionally plan.jsonl, distilled.jsonl, pair.jsonl, pair-suite.jsonl,
-pair-exact.jsonl, batch.jsonl, batch-exact.jsonl, soak.jsonl. NOTE, when given, follows the
-opening sentence (say there how the files were made if not all by one run of COMMAND).
+DIR holds machine.json (the CPU model, vendor, cores, torch's BLAS, versions, date, commit and
+the command, recorded by run.sh when it starts; COMMAND defaults to its `command`), bench.jsonl
+and sweep.jsonl, and optionally plan.jsonl, distilled.jsonl, pair.jsonl, pair-suite.jsonl,
+pair-exact.jsonl, batch.jsonl, batch-exact.jsonl, soak.jsonl, readme.jsonl, llamacpp.jsonl
+(benchmarks/peers/llamacpp.sh) and exactness.jsonl (benchmarks/exactness.sh). Every section
+names the machine at its top. NOTE, when given, follows the opening sentence (say there how the
+files were made if not all by one run of COMMAND).
 """
 
 from __future__ import annotations
@@ -16,8 +24,13 @@ import datetime
 import json
 import os
 import platform
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+UNKNOWN = "unknown"  # a machine.json field nobody recorded
 
 
 def load(path: str) -> list[dict]:
@@ -33,21 +46,119 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def cpu_name() -> str:
+# ---------------------------------------------------------------------------- the machine
+def _cpuinfo() -> dict:
+    """/proc/cpuinfo's first processor: {'model name': ..., 'vendor_id': ...}; empty elsewhere."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return {}
+    pairs = (line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
+    return {k.strip(): v.strip() for k, v in pairs}
 
 
+def _lscpu() -> dict:
+    """lscpu's `Key: value` lines; empty where there is no lscpu."""
+    if not shutil.which("lscpu"):
+        return {}
+    done = subprocess.run(["lscpu"], capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+    pairs = (line.split(":", 1) for line in done.stdout.splitlines() if ":" in line)
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).resolve().parent)
+    except OSError:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def slug(cpu: str) -> str:
+    """The kind's folder name from the CPU model: 'Intel(R) Xeon(R) Processor' -> 'intel-xeon-processor'."""
+    name = re.sub(r"\((r|tm)\)", "", cpu.lower()).split("@")[0]  # no marks, no clock ('CPU @ 2.10GHz')
+    return re.sub(r"[^a-z0-9]+", "-", name).strip("-") or UNKNOWN
+
+
+def cpu_model(lscpu: dict | None = None, cpuinfo: dict | None = None) -> str:
+    """The CPU model name (lscpu's `Model name`, as /proc/cpuinfo's `model name`)."""
+    lscpu = _lscpu() if lscpu is None else lscpu
+    cpuinfo = _cpuinfo() if cpuinfo is None else cpuinfo
+    return lscpu.get("Model name") or cpuinfo.get("model name") or platform.processor() or UNKNOWN
+
+
+def machine_record(command: str = "") -> dict:
+    """This machine and this run, for machine.json: what a figure measured here depends on."""
+    import torch
+    import transformers
+
+    lscpu, cpuinfo = _lscpu(), _cpuinfo()
+    config = torch.__config__.show()  # the build: BLAS_INFO=mkl, "CPU capability usage: AVX512"
+    blas = re.search(r"BLAS_INFO=(\w+)", config)
+    capability = re.search(r"CPU capability usage: (\w+)", config)
+    commit = _git("rev-parse", "--short", "HEAD")
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "cpu": cpu_model(lscpu, cpuinfo),
+        "vendor": lscpu.get("Vendor ID") or cpuinfo.get("vendor_id") or UNKNOWN,
+        "cores": os.cpu_count(),
+        "threads_per_core": int(lscpu["Thread(s) per core"]) if lscpu.get("Thread(s) per core", "").isdigit() else UNKNOWN,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),  # under the run's OMP_NUM_THREADS (THREADS)
+        "blas": blas[1] if blas else UNKNOWN,
+        "cpu_capability": capability[1] if capability else UNKNOWN,
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "python": platform.python_version(),
+        "transformers": transformers.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit or UNKNOWN,  # the code the run measured
+        "dirty": UNKNOWN if dirty is None or commit is None else bool(dirty),  # tracked files changed since it
+        "command": command,
+    }
+
+
+def load_machine(directory: Path) -> dict:
+    path = directory / "machine.json"
+    return json.loads(path.read_text()) if path.is_file() else {"cpu": f"{UNKNOWN} (no machine.json)"}
+
+
+def known(value) -> bool:
+    return value is not None and value != UNKNOWN
+
+
+def commit_label(m: dict) -> str:
+    """The measured code's commit, or, where not recorded, the commit that holds the results."""
+    if known(m.get("commit")):
+        return f"`{m['commit']}`" + (" (+ uncommitted changes)" if m.get("dirty") is True else "")
+    return f"{UNKNOWN} (results in `{m['results_commit']}`)" if m.get("results_commit") else UNKNOWN
+
+
+def blas_label(m: dict) -> str:
+    blas, cap = m.get("blas", UNKNOWN), m.get("cpu_capability", UNKNOWN)
+    return f"BLAS {blas}" + (f", {cap} kernels" if known(cap) else "")
+
+
+def machine_line(m: dict, folder: str) -> str:
+    """The one line every section opens with."""
+    return (f"*Machine: {m.get('cpu', UNKNOWN)} ({m.get('vendor', UNKNOWN)}), {m.get('cores', UNKNOWN)} cores, "
+            f"torch {m.get('torch', UNKNOWN)} on {m.get('torch_threads', UNKNOWN)} threads, {blas_label(m)} "
+            f"([machine.json]({folder}/machine.json)).*")
+
+
+def name_the_machine(lines: list[str], line: str) -> list[str]:
+    """`line` under every section and subsection heading."""
+    out = []
+    for text in lines:
+        out.append(text)
+        if text.startswith(("## ", "### ")):
+            out += ["", line]
+    return out
+
+
+# ---------------------------------------------------------------------------- the page
 def optional(directory: Path, name: str) -> list[dict]:
     path = directory / name
     return load(str(path)) if path.is_file() else []
-
-
 def err(predicted, measured) -> str:
     return "–" if predicted is None or not measured else f"{100 * (predicted / measured - 1):+.0f} %"
 
@@ -85,53 +196,38 @@ def plan_pairs(plan: list[dict], measured: list[dict]) -> list[tuple[dict, dict]
     return [(by_key[(m["draft"], m["k"])], m) for m in measured if (m["draft"], m["k"]) in by_key]
 
 
-def main(directory: str, command: str, note: str = "") -> str:
+def main(directory: str, command: str | None = None, note: str = "") -> str:
     d = Path(directory)
-    bench, sweep, plan = load(str(d / "bench.jsonl")), load(str(d / "sweep.jsonl")), optional(d, "plan.jsonl")
+    machine = load_machine(d)
+    command = command or machine.get("command") or UNKNOWN
+    note = note or machine.get("note", "")  # a hand-written machine.json may say how its files were made
+    bench, sweep, plan = optional(d, "bench.jsonl"), optional(d, "sweep.jsonl"), optional(d, "plan.jsonl")
     distilled, pair = optional(d, "distilled.jsonl"), optional(d, "pair.jsonl")
     pair_suite = optional(d, "pair-suite.jsonl")
     batch, soak = optional(d, "batch.jsonl"), optional(d, "soak.jsonl")
     batch_exact, pair_exact = optional(d, "batch-exact.jsonl"), optional(d, "pair-exact.jsonl")
-    readme = optional(d, "readme.jsonl")
+    readme, llamacpp = optional(d, "readme.jsonl"), optional(d, "llamacpp.jsonl")
+    exactness = optional(d, "exactness.jsonl")
     spec = bench_rows(bench, "category", "all")
     peers = [r for r in bench if r["row"] == "transformers" and r["scope"] == "all"]
     sweep_all = bench_rows(sweep, "all")
-    first = (bench or sweep)[0]
-    prompts = next(r["prompts"] for r in spec if r["scope"] == "all")
-    threads = first["torch_threads"]
-    versions = f"torch {first['torch']} ({threads} thread{'s' * (threads != 1)}), transformers {first['transformers']}"
-    out = [
-        "# specdec benchmark results",
-        "",
-        f"Generated by `{command}` (see `benchmarks/run.sh` for the knobs). Every number below is read from that "
-        "run's JSON lines (`benchmarks/*.jsonl`; CSV beside the first two)." + (f" {note}" if note else ""),
-        "",
-        f"- card `{first['card']}`, {first['device']} {first['dtype']}, {prompts} prompts of the built-in "
-        f"suite (the first `LIMIT` of each category), at most {first['max_tokens']} new tokens, chat template "
-        f"{'on' if first.get('chat') else 'off'}; warm-up first, then the median of "
-        f"{first['repeats']} timed runs per prompt and mode (sweep: "
-        f"{sweep[0]['repeats'] if sweep else '–'}).",
-        f"- machine: {cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}, {versions}; "
-        f"{datetime.date.today().isoformat()}.",
-        "- **Noise:** this machine is a shared 2-core VM, so wall "
-        "times (tok/s, speedups) can move by tens of percent between runs. Counts (tokens, verify rounds, "
-        "acceptance) are exact and reproducible. Greedy and speculative runs of a prompt are timed back "
-        "to back in each repeat, so drift hits both alike."
-        + (f" torch ran on {threads} of {os.cpu_count()} cores (`THREADS`): the other core was busy with other "
-           "jobs during this run, and every thread more than the free cores stalls each parallel region; the "
-           "ratios are the point." if threads < (os.cpu_count() or 1) else ""),
-        "- Every speculative output below was checked equal to its greedy one (`identical`).",
-        "- `predicted` (bench): the cost model's speedup for the rounds the run actually made, from their measured "
-        "per-position acceptance and this machine's cost profile. `plan` (below) predicts *before* running.",
-        "",
-        "## Greedy vs speculative, per prompt category",
-        "",
-        f"Draft: the card's own (`{spec[0]['draft']}`), k = {spec[0]['k']}: each round the cost schedule proposes "
-        "the d ≤ k that maximizes expected tokens per unit time (d = 0: a plain greedy step), so `drafted/round` "
-        "is below k where speculation does not pay.",
-        "",
-        category_table(spec),
-    ]
+    out = ["# specdec benchmark results: " + machine.get("cpu", UNKNOWN), "",
+           f"Generated by `{command}` (see `benchmarks/run.sh` for the knobs). Every number below is read from that "
+           f"run's JSON lines in [`{d.name}/`]({d.name}/) (CSV beside the first two)." + (f" {note}" if note else ""),
+           ""] + machine_bullets(machine, d.name)
+    if bench or sweep:
+        out += run_bullets(bench, sweep, spec, machine)
+    if spec:
+        out += [
+            "",
+            "## Greedy vs speculative, per prompt category",
+            "",
+            f"Draft: the card's own (`{spec[0]['draft']}`), k = {spec[0]['k']}: each round the cost schedule proposes "
+            "the d ≤ k that maximizes expected tokens per unit time (d = 0: a plain greedy step), so `drafted/round` "
+            "is below k where speculation does not pay.",
+            "",
+            category_table(spec),
+        ]
     if peers:
         out += [
             "",
@@ -194,18 +290,61 @@ def main(directory: str, command: str, note: str = "") -> str:
                     f(r["speedup"], ".2f", "x"), f(r["predicted_speedup"], ".2f", "x"), f(r["verify_cost"]),
                     f(r["draft_cost"]) + (" (simulated)" if r["draft_cost_simulated"] else ""),
                     "yes" if r["identical"] else "**NO**"] for r in sweep_all]),
-            "",
-            "![tokens/round and speedup against agreement, measured beside the cost model](agreement-sweep.png)",
         ]
+        if (d / "agreement-sweep.png").is_file():
+            out += ["", "![tokens/round and speedup against agreement, measured beside the cost model]"
+                        f"({d.name}/agreement-sweep.png)"]
     out += distilled_section(distilled) + pair_section(pair) + pair_suite_section(pair_suite)
     out += pair_exact_section(pair_exact)
     out += batch_section(batch, soak) + batch_exact_section(batch_exact)
-    out += readme_section(readme)
-    out += ["", "## Closing note", ""] + closing(spec, peers, sweep_all, pairs, distilled, pair) + batch_closing(batch, soak)
-    out += readme_closing(readme)
-    out += pair_suite_closing(pair_suite) + pair_exact_closing(pair_exact) + batch_exact_closing(batch_exact)
+    out += readme_section(readme) + llamacpp_section(llamacpp, readme, machine, command)
+    out += exactness_section(exactness)
+    ends = (closing(spec, peers, sweep_all, pairs, distilled, pair) + batch_closing(batch, soak)
+            + readme_closing(readme) + pair_suite_closing(pair_suite) + pair_exact_closing(pair_exact)
+            + batch_exact_closing(batch_exact) + llamacpp_closing(llamacpp, readme) + exactness_closing(exactness))
+    if ends:
+        out += ["", "## Closing note", ""] + ends
     out += [""]
-    return "\n".join(out)
+    return "\n".join(name_the_machine(out, machine_line(machine, d.name)))
+
+
+def machine_bullets(m: dict, folder: str) -> list[str]:
+    """The page's opening words on its machine and run, every field from machine.json."""
+    lines = [
+        f"- machine: **{m.get('cpu', UNKNOWN)}**, vendor {m.get('vendor', UNKNOWN)}, {m.get('cores', UNKNOWN)} cores "
+        f"({m.get('threads_per_core', UNKNOWN)} threads per core), torch {m.get('torch', UNKNOWN)} on "
+        f"{m.get('torch_threads', UNKNOWN)} threads ({blas_label(m)}, oneDNN {m.get('mkldnn', UNKNOWN)}), Python "
+        f"{m.get('python', UNKNOWN)}, transformers {m.get('transformers', UNKNOWN)}; run {m.get('date', UNKNOWN)} at "
+        f"commit {commit_label(m)} ([machine.json]({folder}/machine.json)).",
+    ]
+    if m.get("source"):
+        lines.append(f"- how the machine is known: {m['source']}")
+    return lines
+
+
+def run_bullets(bench: list[dict], sweep: list[dict], spec: list[dict], m: dict) -> list[str]:
+    first = (bench or sweep)[0]
+    overall = next((r for r in spec if r["scope"] == "all"), first)
+    threads, cores = first["torch_threads"], m.get("cores")
+    return [
+        f"- card `{first['card']}`, {first['device']} {first['dtype']}, {overall['prompts']} prompts of the built-in "
+        f"suite (the first `LIMIT` of each category), at most {first['max_tokens']} new tokens, chat template "
+        f"{'on' if first.get('chat') else 'off'}; warm-up first, then the median of "
+        f"{first['repeats']} timed runs per prompt and mode (sweep: "
+        f"{sweep[0]['repeats'] if sweep else '–'}); torch {first['torch']} ({threads} thread{'s' * (threads != 1)}), "
+        f"transformers {first['transformers']} (from the JSON lines).",
+        f"- **Noise:** a shared {cores}-core machine, so wall "
+        "times (tok/s, speedups) can move by tens of percent between runs. Counts (tokens, verify rounds, "
+        "acceptance) are exact and reproducible. Greedy and speculative runs of a prompt are timed back "
+        "to back in each repeat, so drift hits both alike. Ratios measured here do not carry over to another "
+        "machine kind (the summary, `benchmarks/RESULTS.md`, puts the kinds side by side)."
+        + (f" torch ran on {threads} of {cores} cores (`THREADS`): the rest were busy with other "
+           "jobs during this run, and every thread more than the free cores stalls each parallel region; the "
+           "ratios are the point." if isinstance(cores, int) and threads < cores else ""),
+        "- Every speculative output below was checked equal to its greedy one (`identical`).",
+        "- `predicted` (bench): the cost model's speedup for the rounds the run actually made, from their measured "
+        "per-position acceptance and this machine's cost profile. `plan` (below) predicts *before* running.",
+    ]
 
 
 def bench_rows(rows: list[dict], *scopes: str) -> list[dict]:
@@ -258,10 +397,11 @@ def distilled_section(rows: list[dict]) -> list[str]:
     meta = weights_metadata(spec[0]["card"])
     made = ""
     if meta:
-        threads = f", {meta['threads']} threads" if "threads" in meta else ""
+        threads = f"{meta['threads']} threads, " if "threads" in meta else ""
+        cpu = f"on {meta['cpu']}" if "cpu" in meta else "the weights do not name the CPU"
         data = (f" ({float(meta['data_seconds']) / 60:.1f} min making data in that run; it reuses batches already in "
                 f"the cache)") if "data_seconds" in meta else ""
-        made = (f" The draft was made by `{meta.get('command')}` on this kind of machine (a 2-core CPU{threads}): prompts "
+        made = (f" The draft was made by `{meta.get('command')}` ({threads}{cpu}): prompts "
                 f"from {meta.get('prompts_source')} ({meta.get('prompts')} used; none from the benchmark suite), "
                 f"{int(meta.get('tokens', 0)):,} tokens of the target's own greedy answers{data}, the weights of training step {meta.get('steps')} "
                 f"({float(meta.get('train_seconds', 0)) / 60:.1f} min of training); held-out teacher-forced "
@@ -304,7 +444,7 @@ def pair_suite_section(rows: list[dict]) -> list[str]:
     first = spec[0]
     return ["", "### The pair over the whole suite", "",
             f"The same card on the first `PAIR_SUITE_LIMIT` prompts of every category of the built-in suite "
-            f"(`benchmarks/pair-suite.jsonl`), at most {first['max_tokens']} new tokens, median of {first['repeats']}.",
+            f"(`pair-suite.jsonl`), at most {first['max_tokens']} new tokens, median of {first['repeats']}.",
             "", category_table(spec)]
 
 
@@ -400,7 +540,7 @@ def pair_exact_section(rows: list[dict]) -> list[str]:
     body = [[str(k), f"{same}/{n}"] for k, (same, n) in counts.items()]
     return ["", "### Exactness of the pair over the whole suite", "",
             f"`SPECDEC_WEIGHT_MAJOR=all specdec verify-exactness -c {PAIR_CARD_NAME} -k {','.join(map(str, ks))} "
-            f"-n {longest} --json` (`benchmarks/pair-exact.jsonl`; about 40 CPU-minutes, so `run.sh` keeps the file it "
+            f"-n {longest} --json` (`pair-exact.jsonl`; about 40 CPU-minutes, so `run.sh` keeps the file it "
             f"finds unless `PAIR_EXACT_TOKENS` is set): all {prompts} built-in prompts, {tokens} greedy tokens per k, each "
             "speculative decode compared token for token with the target's greedy decode. `all` makes every verify "
             "width take the weight-major matmul (kernels.py) whatever the cost profile would choose; a width's output "
@@ -492,7 +632,151 @@ def closing(spec, peers, sweep, pairs, distilled, pair) -> list[str]:
     return lines
 
 
+
+
+# ---------------------------------------------------------------------------- llama.cpp beside specdec
+def llamacpp_runs(rows: list[dict]) -> list[dict]:
+    """benchmarks/peers/llamacpp_parse.py's records (one per llama.cpp run)."""
+    return [r for r in rows if r.get("decoder") == "llama.cpp" and "tokens" in r]
+
+
+def specdec_readme(readme: list[dict]) -> dict[tuple[str, str], dict]:
+    """(card, prompt id) -> specdec's bench row for that prompt, from readme.jsonl."""
+    return {(r["card"], r["name"]): r for r in bench_rows(readme, "prompt")}
+
+
+def same_text(a: str | None, b: str | None) -> str:
+    return "not compared" if a is None or b is None else ("yes" if a == b else "**no**")
+
+
+def llamacpp_section(rows: list[dict], readme: list[dict], machine: dict, command: str) -> list[str]:
+    runs = llamacpp_runs(rows)
+    if not runs:
+        return []
+    ours = specdec_readme(readme)
+    greedy = {(r["card"], r["quant"], r["id"]): r for r in runs if r["mode"] == "greedy"}
+    body = []
+    for r in runs:
+        s = ours.get((r["card"], r["id"]))
+        # specdec's tok/s includes the prefill: beside it, llama.cpp's with the prefill
+        theirs = s and (s["greedy_tokens_per_s"] if r["mode"] == "greedy" else s["tokens_per_s"])
+        own = greedy.get((r["card"], r["quant"], r["id"]))
+        body.append([r["card"], r["mode"], r["quant"], str(r["tokens"]), f(r["tokens_per_s"], ".1f"),
+                     f(r["tokens_per_s_with_prefill"], ".1f"), f(r["accept_rate"] and 100 * r["accept_rate"], ".1f", " %"),
+                     f(theirs, ".1f"), f(r["tokens_per_s_with_prefill"] / theirs if theirs and r["tokens_per_s_with_prefill"]
+                                        else None, ".2f", "x"),
+                     "–" if r["mode"] == "greedy" else same_text(r.get("text"), own and own.get("text")),
+                     same_text(r.get("text"), s.get("text")) if r["mode"] == "greedy" and s else "–"])
+    cpus = sorted({r["cpu"] for r in runs if r.get("cpu")} - {machine.get("cpu")})
+    first = runs[0]
+    made = ("this run's command sets `PEERS=llamacpp`" if "PEERS=llamacpp" in command else
+            "the command above does not set `PEERS=llamacpp`, so `llamacpp.jsonl` is from an earlier run on this "
+            "machine kind, beside this run's specdec figures")
+    return ["", "## llama.cpp beside specdec", "",
+            f"`benchmarks/peers/llamacpp.sh` (`llamacpp.jsonl`; {made}): llama.cpp {first.get('llamacpp', UNKNOWN)} "
+            f"on the README's prompt, chat-templated as specdec feeds it, at most {first.get('max_tokens', '–')} tokens, "
+            f"{first.get('threads', '–')} threads, greedy (`--temp 0 --top-k 1`): `llama-completion` (greedy), "
+            "`llama-lookup` (prompt lookup) or `llama-speculative` (a draft model) at k = "
+            f"{first.get('k') or next((r['k'] for r in runs if r.get('k')), '–')}, each at F32 (like for like: specdec "
+            "de-quantises on load and computes in float32) and at the file's own quantisation. One run each. llama.cpp's "
+            "`tok/s` is decode only; specdec's includes the prefill, so the ratio is llama.cpp's `with prefill` over "
+            "specdec's (`readme.jsonl`: greedy for greedy, the card's speculative run for the others; – where specdec "
+            "did not run that card on this prompt). `same text`: a speculative run's text against llama.cpp's own greedy "
+            "at that quantisation; `= specdec greedy`: llama.cpp's greedy text against specdec's (not compared where "
+            "`readme.jsonl` carries no text)."
+            + (f" **The runs name another CPU: {', '.join(cpus)}.**" if cpus else ""), "",
+            table(["card", "mode", "quant", "tokens", "llama.cpp tok/s", "with prefill", "accept rate", "specdec tok/s",
+                   "llama.cpp/specdec", "same text", "= specdec greedy"], body)]
+
+
+def llamacpp_closing(rows: list[dict], readme: list[dict]) -> list[str]:
+    ours = specdec_readme(readme)
+    lines = []
+    for r in llamacpp_runs(rows):
+        s = ours.get((r["card"], r["id"]))
+        if s and r["quant"] == "F32":
+            theirs = s["greedy_tokens_per_s"] if r["mode"] == "greedy" else s["tokens_per_s"]
+            lines.append(f"- llama.cpp F32 {r['mode']} on the README example: {f(r['tokens_per_s_with_prefill'], '.1f')} "
+                         f"tok/s with the prefill against specdec's {f(theirs, '.1f')} "
+                         f"({'greedy' if r['mode'] == 'greedy' else s['draft']}).")
+    return lines
+
+
+# ---------------------------------------------------------------------------- exactness in bfloat16
+def exactness_groups(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """(card, dtype, shapes, batch) -> exactness.sh's records, in file order."""
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if "identical" in r and "k" in r:
+            out.setdefault((r.get("card", UNKNOWN), r.get("dtype", UNKNOWN), r.get("shapes", UNKNOWN), r.get("batch", 1)),
+                           []).append(r)
+    return out
+
+
+def divergences(records: list[dict], most: int = 3) -> str:
+    """The first token divergences: `id` k @position, the first few."""
+    apart = [r for r in records if not r["identical"]]
+    if not apart:
+        return "none"
+    words = [f"`{r['id']}` k={r['k']} @{(r.get('first_divergence') or {}).get('index', '?')}" for r in apart[:most]]
+    return ", ".join(words) + (f" (+{len(apart) - most} more)" if len(apart) > most else "")
+
+
+def logit_differences(records: list[dict]) -> str:
+    compared = [r for r in records if r.get("bitwise") is not None]
+    apart = [r["bitwise_divergence"] for r in compared if r["bitwise"] is False and r.get("bitwise_divergence")]
+    if not compared:
+        return "–"
+    if not apart:
+        return "none"
+    return (f"first at position {min(a['index'] for a in apart)}, largest difference "
+            f"{max(a.get('max_abs_diff_all', a['max_abs_diff']) for a in apart):.3g}")
+
+
+def exactness_section(rows: list[dict]) -> list[str]:
+    groups = exactness_groups(rows)
+    if not groups:
+        return []
+    dtypes = list(dict.fromkeys(key[1] for key in groups))
+    body = []
+    for (card, dtype, shapes, batch), records in groups.items():
+        compared = [r for r in records if r.get("bitwise") is not None]
+        body.append([card, dtype, shapes, str(batch), ",".join(map(str, dict.fromkeys(r["k"] for r in records))),
+                     str(len(records)), f"{sum(bool(r['identical']) for r in records)}/{len(records)}",
+                     f"{sum(r['bitwise'] is True for r in compared)}/{len(compared)}" if compared else "–",
+                     divergences(records), logit_differences(records)])
+    return ["", f"## Exactness in {', '.join(dtypes)}: pinned vs free shapes", "",
+            "`bash benchmarks/exactness.sh` (`exactness.jsonl`; a script of its own, not part of the command above): "
+            "`specdec verify-exactness --bitwise` per card, with pinned shapes at `--batch 1` and `--batch N`, and in "
+            "free shapes at batch 1 as the contrast ([docs/shapes.md](../../docs/shapes.md)). A record is one prompt "
+            "at one k. `identical`: the speculative tokens equal the target's greedy decode (under pinned shapes, "
+            "greedy at the same width k + 1); `bitwise`: the target's logits equal bit for bit at every emitted "
+            "position up to the first token divergence. Under pinned shapes any difference is a failure; in free "
+            "shapes a difference is the contrast, what an engine shows without pinning.", "",
+            table(["card", "dtype", "shapes", "batch", "k", "records", "identical", "bitwise-equal logits",
+                   "first token divergences", "logit differences"], body)]
+
+
+def exactness_closing(rows: list[dict]) -> list[str]:
+    lines = []
+    for shapes in ("pinned", "free"):
+        records = [r for key, group in exactness_groups(rows).items() if key[2] == shapes for r in group]
+        compared = [r for r in records if r.get("bitwise") is not None]
+        dtypes = ", ".join(dict.fromkeys(r.get("dtype", UNKNOWN) for r in records))
+        if records:
+            lines.append(f"- Exactness, {shapes} shapes ({dtypes}): "
+                         f"**{sum(bool(r['identical']) for r in records)}/{len(records)}** identical, "
+                         f"{sum(r['bitwise'] is True for r in compared)}/{len(compared)} with bitwise-equal logits.")
+    return lines
+
+
 if __name__ == "__main__":
-    if len(sys.argv) not in (3, 4):  # directory, command[, a note on how this run differs]
+    args = sys.argv[1:]
+    if args[:1] == ["--machine"] and len(args) <= 2:  # this machine and run, for machine.json
+        sys.stdout.write(json.dumps(machine_record(*args[1:]), indent=2) + "\n")
+    elif args == ["--slug"]:
+        print(slug(cpu_model()))
+    elif 1 <= len(args) <= 3 and not args[0].startswith("-"):  # directory[, command[, a note on how this run differs]]
+        sys.stdout.write(main(*args))
+    else:
         sys.exit(__doc__)
-    sys.stdout.write(main(*sys.argv[1:]))

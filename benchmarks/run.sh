@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Regenerates benchmarks/RESULTS.md, the sweep plot and the raw JSON/CSV beside them:
+# Measures this machine and writes its kind's results: the raw JSON/CSV, the sweep plot and
+# machine.json into benchmarks/results/<cpu-slug>/ (the slug from the CPU model name), that kind's
+# page benchmarks/results/<cpu-slug>.md, and then benchmarks/RESULTS.md, the summary across every
+# kind's folder present:
 #
 #     bash benchmarks/run.sh
 #
-# The single source of truth for RESULTS.md. Knobs (environment), defaults sized for a small CPU:
+# The single source of truth for those pages. Knobs (environment), defaults sized for a small CPU:
 #   CARD=smollm2 LIMIT=1 (prompts per category) MAX_TOKENS=128 REPEATS=2 SWEEP_REPEATS=1 SWEEP_KS=2,4,8
 #   THREADS (unset: torch's default; set: OMP_NUM_THREADS for both runs, e.g. 1 on a CPU shared
 #   with other jobs, where two threads stall each other at every parallel region)
@@ -15,10 +18,11 @@
 #   category, then every prompt of the suite at --batch BATCH for each k in BATCH_KS=1,4,8 (rows
 #   checked against batch-1 greedy), then a soak: SOAK_PROMPTS=200 requests of SOAK_MAX_TOKENS=32
 #   through generate --batch
-#   PAIR_EXACT_TOKENS (unset: keep benchmarks/pair-exact.jsonl as it is; about 40 CPU-minutes at 48)
+#   PAIR_EXACT_TOKENS (unset: keep the kind's pair-exact.jsonl as it is; about 40 CPU-minutes at 48)
 #   verify-exactness of PAIR_CARD over the whole suite at k = 1,2,4,8, at most that many tokens,
 #   with --matmuls all (every verify width weight-major: covers any choice a profile makes)
 #   README_REPEATS=5: the README's first example (default card) timed greedy vs speculative
+#   PEERS=llamacpp (unset: skip) llama.cpp on the README's example, into the kind's llamacpp.jsonl
 # e.g. on a quiet or GPU machine: LIMIT=3 REPEATS=5 SWEEP_REPEATS=3 bash benchmarks/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,8 +48,15 @@ BATCH_KS=${BATCH_KS:-1,4,8}
 SOAK_PROMPTS=${SOAK_PROMPTS:-200}
 SOAK_MAX_TOKENS=${SOAK_MAX_TOKENS:-32}
 README_REPEATS=${README_REPEATS:-5}
-B=benchmarks
+PEERS=${PEERS:-}
 if [ -n "$THREADS" ]; then export OMP_NUM_THREADS="$THREADS"; fi
+command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS PAIR_SUITE_LIMIT=$PAIR_SUITE_LIMIT CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS ${PAIR_EXACT_TOKENS:+PAIR_EXACT_TOKENS=$PAIR_EXACT_TOKENS }SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS README_REPEATS=$README_REPEATS ${PEERS:+PEERS=$PEERS }bash benchmarks/run.sh"
+# this machine's kind: every file below goes into its folder; machine.json (the CPU model, vendor,
+# cores, torch's BLAS, versions, commit, date and the command) is recorded now, before any run
+RESULTS=benchmarks/results
+B=$RESULTS/$("$PYTHON" benchmarks/report.py --slug)
+mkdir -p "$B"
+"$PYTHON" benchmarks/report.py --machine "$command" > "$B/machine.json.tmp"
 
 common=(--card "$CARD" --limit "$LIMIT" --max-tokens "$MAX_TOKENS")
 # 0. plan's predictions for the configurations 1 and 2 measure (the card's draft and each synthetic
@@ -114,21 +125,30 @@ fi
 # 5. the README's first example (the default card, its token budget), greedy and speculative back to back
 echo '{"id": "readme", "prompt": "Explain what a hash table is."}' > "$B/readme-prompt.jsonl"
 "$SPECDEC" bench --prompts-file "$B/readme-prompt.jsonl" --repeats "$README_REPEATS" --json > "$B/readme.jsonl.tmp"
+mv "$B/machine.json.tmp" "$B/machine.json"
 mv "$B/bench.jsonl.tmp" "$B/bench.jsonl"
 mv "$B/sweep.jsonl.tmp" "$B/sweep.jsonl"
 mv "$B/plan.jsonl.tmp" "$B/plan.jsonl"
 for f in distilled pair pair-suite batch batch-exact soak readme; do if [ -f "$B/$f.jsonl.tmp" ]; then mv "$B/$f.jsonl.tmp" "$B/$f.jsonl"; else rm -f "$B/$f.jsonl"; fi; done
 
-command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS PAIR_SUITE_LIMIT=$PAIR_SUITE_LIMIT CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS ${PAIR_EXACT_TOKENS:+PAIR_EXACT_TOKENS=$PAIR_EXACT_TOKENS }SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS README_REPEATS=$README_REPEATS bash benchmarks/run.sh"
-"$PYTHON" "$B/report.py" "$B" "$command" > "$B/RESULTS.md.tmp"
-mv "$B/RESULTS.md.tmp" "$B/RESULTS.md"
-echo "wrote $B/RESULTS.md" >&2
 # 6. PEERS=llamacpp: llama.cpp beside specdec on the README's example (section 5's prompt, the
-#    default card and its token budget; PAIR_CARD too when fetched), into
-#    benchmarks/peers/llamacpp.jsonl; the first run builds llama.cpp (benchmarks/peers/llamacpp.sh
-#    says how, and its knobs)
-if [ "${PEERS:-}" = llamacpp ]; then
+#    default card and its token budget; PAIR_CARD too when fetched), into the kind's
+#    llamacpp.jsonl (kept as it is when PEERS is unset); the first run builds llama.cpp
+#    (benchmarks/peers/llamacpp.sh says how, and its knobs)
+peers_rc=0  # a failure here still lets the page below be written, then ends the script with it
+if [ "$PEERS" = llamacpp ]; then
   readme_card=$("$PYTHON" -c "from specdec_cli.cli import DEFAULT_CARD; print(DEFAULT_CARD)")
-  CARD=$readme_card PAIR_CARD=$PAIR_CARD bash "$B/peers/llamacpp.sh" --prompts-file "$B/readme-prompt.jsonl" \
-      --max-tokens "$("$PYTHON" -c "from specdec_cli.cards import load_card; print(load_card('$readme_card').max_tokens)")"
+  readme_tokens=$("$PYTHON" -c "from specdec_cli.cards import load_card; print(load_card('$readme_card').max_tokens)")
+  CARD=$readme_card PAIR_CARD=$PAIR_CARD bash benchmarks/peers/llamacpp.sh --prompts-file "$B/readme-prompt.jsonl" \
+      --max-tokens "$readme_tokens" "$B/llamacpp.jsonl" || peers_rc=$?
+fi
+# 7. this kind's page from its folder, then the summary from every kind's folder
+"$PYTHON" benchmarks/report.py "$B" > "$B.md.tmp"
+mv "$B.md.tmp" "$B.md"
+"$PYTHON" benchmarks/summary.py "$RESULTS" > benchmarks/RESULTS.md.tmp
+mv benchmarks/RESULTS.md.tmp benchmarks/RESULTS.md
+echo "wrote $B/, $B.md and benchmarks/RESULTS.md" >&2
+if [ "$peers_rc" != 0 ]; then
+  echo "run.sh: PEERS=llamacpp failed (exit $peers_rc): $B/llamacpp.jsonl, if there, is from an earlier run" >&2
+  exit "$peers_rc"
 fi
