@@ -14,10 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from . import drafts
-from .checks import boolean as _bool, check, choice as _choice, integer as _int, text as _str
+from . import kinds
+from .checks import DTYPE_NAMES, boolean as _bool, check, choice as _choice, integer as _int, text as _str
 from .errors import SpecdecError
-from .models import DTYPES
 
 def _builtin_dir() -> Path:
     """The copy installed with the package (specdec_cli.builtin_cards), or the checkout's cards/."""
@@ -30,7 +29,7 @@ def _builtin_dir() -> Path:
 
 BUILTIN_DIR = _builtin_dir()
 DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPE_NAMES = ("auto", *DTYPES)
+DTYPE_CHOICES = ("auto", *DTYPE_NAMES)
 SCHEDULES = ("cost", "heuristic", "fixed")  # draft.schedule: how many of k to propose each round (schedule.py)
 SHAPES = ("auto", "pinned", "free")  # decoding.shapes: auto = pinned for bfloat16/float16 and on a GPU, else free
 MATMULS = ("measure", "off", "all", "packed")  # decoding.matmuls: a CPU float32 target's matmul forms (kernels.py)
@@ -40,7 +39,7 @@ MAX_TOKENS = 1_000_000
 
 @dataclass(frozen=True, init=False)
 class DraftSpec:
-    """A card's draft: its kind, its schedule, and the kind's own fields (drafts/: each kind
+    """A card's draft: its kind, its schedule, and the kind's own fields (kinds/: each kind
     declares them), every one present, defaults filled in. A field reads as an attribute:
     `spec.agree`. Built from a validated card by `draft_spec`; built directly, as in
     `DraftSpec("toy", agree=0.5)`, a field the kind does not declare is a TypeError."""
@@ -50,9 +49,9 @@ class DraftSpec:
     options: tuple = ()  # ((field, value), ...) in the order the kind declares its fields
 
     def __init__(self, kind: str, schedule: str = "cost", options: tuple = (), **values):
-        if kind not in drafts.names():
-            raise TypeError(f"unknown draft kind {kind!r} (registered: {', '.join(drafts.names())})")
-        declared = drafts.get(kind).fields
+        if kind not in kinds.names():
+            raise TypeError(f"unknown draft kind {kind!r} (registered: {', '.join(kinds.names())})")
+        declared = kinds.get(kind).fields
         values = {**dict(options), **values}
         unknown = [name for name in values if name not in {f.name for f in declared}]
         if unknown:
@@ -70,14 +69,14 @@ class DraftSpec:
         raise AttributeError(f"draft kind {self.kind!r} has no field {name!r}")
 
     def label(self) -> str:
-        detail = drafts.get(self.kind).detail(self)
+        detail = kinds.get(self.kind).detail(self)
         label = f"{self.kind}({detail})" if detail else self.kind
         return label if self.schedule == "fixed" else f"{label}+{self.schedule}"
 
     def models(self) -> tuple[tuple[str, str], ...]:
         """(field, reference) for each model the draft loads besides the target (`fetched:` ones
         must be fetched first)."""
-        return drafts.get(self.kind).models(self)
+        return kinds.get(self.kind).models(self)
 
 
 FETCHED = "fetched:"  # model reference prefix: a file `specdec fetch` put in the user cache
@@ -177,7 +176,7 @@ def _check_device_map(where: str, card: Card) -> None:
 
 
 TOP = {"description": _str, "target": _str, "draft": None, "decoding": None, "device": _device,
-       "dtype": _choice(DTYPE_NAMES), "trust_remote_code": _bool, "revision": _str, "sources": None,
+       "dtype": _choice(DTYPE_CHOICES), "trust_remote_code": _bool, "revision": _str, "sources": None,
        "device_map": _device_map}
 DECODING = {"k": _int(1, MAX_K), "max_tokens": _int(1, MAX_TOKENS), "chat_template": _chat,
             "temperature": _temperature, "top_k": _int(0, 2**31 - 1), "top_p": _top_p, "seed": _int(0, 2**63 - 1),
@@ -188,11 +187,11 @@ SCHEDULE_FIELDS = {"schedule": _choice(SCHEDULES), "adaptive": _bool}  # every k
 def draft_fields(kind: str | None = None) -> dict:
     """Every draft field a card may give, with its checker: `kind`, each registered kind's own
     fields (where kinds share a field name, `kind`'s checker) and the schedule's."""
-    schema = {"kind": _choice(drafts.names())}
-    for declared in drafts.kinds():
+    schema = {"kind": _choice(kinds.names())}
+    for declared in kinds.kinds():
         schema.update({f.name: f.check for f in declared.fields if f.name not in schema})
     if kind is not None:
-        schema.update({f.name: f.check for f in drafts.get(kind).fields})
+        schema.update({f.name: f.check for f in kinds.get(kind).fields})
     return {**schema, **SCHEDULE_FIELDS}
 
 
@@ -210,13 +209,13 @@ def _mapping(where: str, field: str, value, schema: dict) -> dict:
 
 
 def draft_spec(where: str, raw, field: str = "draft") -> DraftSpec:
-    """A draft block checked against its kind's declaration (drafts/): every field known and
+    """A draft block checked against its kind's declaration (kinds/): every field known and
     valid, each one the kind takes, the required ones there, then the kind's own checks."""
     named = raw.get("kind") if isinstance(raw, dict) else None
-    raw = _mapping(where, field, raw, draft_fields(named if named in drafts.names() else None))
+    raw = _mapping(where, field, raw, draft_fields(named if named in kinds.names() else None))
     if "kind" not in raw:
-        raise SpecdecError(f"{where}: {field}.kind: missing (one of {', '.join(drafts.names())})")
-    kind = drafts.get(raw["kind"])
+        raise SpecdecError(f"{where}: {field}.kind: missing (one of {', '.join(kinds.names())})")
+    kind = kinds.get(raw["kind"])
     takes = {f.name for f in kind.fields}
     for key in raw:
         if key != "kind" and key not in takes | SCHEDULE_FIELDS.keys():
@@ -338,7 +337,7 @@ def builtin_names() -> list[str]:
 
 def override(card: Card, **values) -> Card:
     """Apply command-line settings (None = not given), checked like card fields."""
-    schema = {**DECODING, "device": _device, "dtype": _choice(DTYPE_NAMES), "schedule": _choice(SCHEDULES)}
+    schema = {**DECODING, "device": _device, "dtype": _choice(DTYPE_CHOICES), "schedule": _choice(SCHEDULES)}
     given = {k: v for k, v in values.items() if v is not None}
     for key, value in given.items():
         check("command line", f"--{key.replace('_', '-')}", value, schema[key])

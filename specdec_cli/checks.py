@@ -1,6 +1,6 @@
 """Field checkers: a checker takes a value and returns what is wrong with it (None: nothing).
 
-Cards (cards.py), draft kinds (drafts/) and command-line options (requests.py) share them, so
+Cards (cards.py), draft kinds (kinds/) and command-line options (requests.py) share them, so
 a value is checked, and its error worded, the same way wherever it is given. `check` turns a
 checker's objection into the one-line error: where, the field, the problem and the value.
 """
@@ -13,6 +13,8 @@ from typing import Callable
 from .errors import SpecdecError
 
 Checker = Callable[[object], "str | None"]
+
+DTYPE_NAMES = ("float32", "bfloat16", "float16")  # the dtypes a card or a draft may name (models.DTYPES: torch's)
 
 
 def check(where: str, field: str, value, checker: Checker | None) -> None:

@@ -4,7 +4,7 @@ on a serving engine: vLLM (`vllm serve`), SGLang (`sglang.launch_server`) or lla
 command down, from each engine's documented option names (tests/test_export.py pins the
 version and page each name was read from).
 
-What maps (each draft kind declares its own mapping, or why no engine runs it: drafts/):
+What maps (each draft kind declares its own mapping, or why no engine runs it: kinds/):
     draft kind model          vLLM method draft_model · SGLang STANDALONE · llama.cpp draft-simple
     draft kind prompt-lookup  vLLM method ngram · SGLang NGRAM · llama.cpp ngram-simple
     decoding.k                tokens drafted per round (a fixed number on every engine)
@@ -22,7 +22,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import drafts
+from . import kinds
 from .cards import FETCHED, Card
 from .checks import check, choice
 from .errors import SpecdecError
@@ -57,9 +57,9 @@ def export(card: Card, engine: str) -> Export:
     """The command that serves `card` on `engine`, or a SpecdecError saying what cannot be."""
     check_engine(engine)
     spec = card.draft
-    kind = drafts.get(spec.kind)
+    kind = kinds.get(spec.kind)
     if engine not in kind.engines:
-        runs = [k.name for k in drafts.kinds() if engine in k.engines]
+        runs = [k.name for k in kinds.kinds() if engine in k.engines]
         raise SpecdecError(f"{card.path}: draft.kind: {engine} has no draft kind {spec.kind!r} "
                            f"({kind.why_not}); it runs draft kinds {', '.join(runs)}")
     notes: list[str] = []

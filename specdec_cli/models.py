@@ -22,12 +22,13 @@ from pathlib import Path
 
 import torch
 
+from .checks import DTYPE_NAMES
 from .errors import SpecdecError
 from .files import cache_dir
 from .tokenizers import ByteTokenizer, HFTokenizer, ToyTokenizerAdapter
 from .toy import ToyLM
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # name -> torch.dtype
 
 
 # ---------------------------------------------------------------------------- device, dtype

@@ -16,8 +16,9 @@ from .cards import Card, DraftSpec
 from .decoding import Result, greedy_decode, prefill, speculative_decode
 from . import costs as cost_model
 from . import kernels
-from .drafts import Draft, get as draft_kind
+from .drafts import Draft
 from .errors import SpecdecError
+from .kinds import get as draft_kind
 from .models import HFLM, ModelRef, load, model_ref, resolve_device, resolve_dtype, resolve_shapes
 from .rows import unsupported
 from .sampling import Sampling, sample_decode, speculative_sample
@@ -231,7 +232,7 @@ def build_draft(spec: DraftSpec, pair: Pair) -> Draft:
 
 
 def _build(spec: DraftSpec, pair: Pair) -> Draft:
-    """The draft of the spec's kind (drafts/), on a target of the kind it needs."""
+    """The draft of the spec's kind (kinds/), on a target of the kind it needs."""
     kind, target, card = draft_kind(spec.kind), pair.target, pair.card
     if kind.target == "toy" and not isinstance(target, ToyLM):
         raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs the toy target, got target '{card.target}'")

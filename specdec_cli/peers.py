@@ -13,8 +13,9 @@ import torch
 
 from .cards import Card
 from .costs import _sync
-from .drafts import Draft, get as draft_kind
+from .drafts import Draft
 from .errors import SpecdecError
+from .kinds import get as draft_kind
 from .kernels import WeightMajor
 from .models import HFLM
 from .pair import Pair
@@ -34,7 +35,7 @@ class Peer:
 
 def check_peer(card: Card) -> None:
     """Whether transformers can run this card's pair (checked before loading anything): the
-    draft's kind says whether transformers has it (drafts/)."""
+    draft's kind says whether transformers has it (kinds/)."""
     if card.target == "toy":
         raise SpecdecError(f"--vs-transformers: needs a transformers target; card '{card.name}' has target 'toy'")
     draft_kind(card.draft.kind).check_peer(card.draft, card)

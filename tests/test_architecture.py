@@ -17,7 +17,7 @@ LAYERS = {
                    "prompts", "features", "tokenizers", "benchrows"]),
     2: ("models and measurements", ["models", "costs", "rows", "trainprompts", "traindata"]),
     3: ("the loop", ["decoding", "sampling", "schedule", "batch"]),
-    4: ("drafts", ["drafts", "drafts.*"]),
+    4: ("drafts and their kinds", ["drafts", "drafts.*", "kinds", "kinds.*"]),
     5: ("the card", ["cards", "fetch"]),
     6: ("the pair", ["pair", "generation", "peers"]),
     7: ("command libraries", ["verify", "plan", "bench", "distill", "export"]),
@@ -101,7 +101,7 @@ def test_the_rule_catches_an_upward_import():
     assert (layer_of("batch"), layer_of("pair")) == (3, 6)
     assert all(target != "pair" for _, target in imports("batch"))
     assert any(target == "drafts.base" for _, target in imports("drafts.model"))
-    assert any(target == "drafts" for _, target in imports("cards"))
+    assert any(target == "kinds" for _, target in imports("cards"))
 
 
 def reads_environment(tree: ast.AST) -> list[int]:

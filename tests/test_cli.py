@@ -211,6 +211,19 @@ def test_cli_has_no_torch_code(module):
     assert "import torch" not in source and "torch." not in source
 
 
+def test_starting_the_cli_and_reading_cards_loads_no_torch():
+    """`specdec --help`, `specdec cards` and card validation need no torch: the draft kinds are
+    declared without it (kinds/), and a kind imports its draft class only to build one."""
+    import subprocess
+    import sys
+
+    code = ("import sys, specdec_cli.cli; from specdec_cli.cards import builtin_names, load_card; "
+            "[load_card(n) for n in builtin_names()]; "
+            "print(sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_generate_json_reports_peak_resident_memory(run):
     """peak_rss_mb is MiB: ru_maxrss is KiB on Linux (bytes on macOS), not passed through raw."""
     import resource

@@ -10,10 +10,11 @@ import json
 import pytest
 import torch
 
-from specdec_cli import drafts
+from specdec_cli import kinds
 from specdec_cli.cards import DraftSpec
 from specdec_cli.checks import integer
-from specdec_cli.drafts import Draft, Field, Kind
+from specdec_cli.drafts import Draft
+from specdec_cli.kinds import Field, Kind
 
 from .conftest import parse_json_lines
 from .test_errors import assert_one_error
@@ -49,9 +50,9 @@ class Repeat(Kind):
 
 @pytest.fixture
 def repeat():
-    drafts.register(Repeat())
+    kinds.register(Repeat())
     yield
-    drafts.unregister("repeat")
+    kinds.unregister("repeat")
 
 
 def card(write_card, target="toy", **draft):
@@ -109,17 +110,17 @@ def test_a_registered_kind_s_fields_are_checked_like_any_other(run, write_card, 
 
 
 def test_an_unregistered_kind_is_unknown_again(run, write_card):
-    drafts.register(Repeat())
-    drafts.unregister("repeat")
+    kinds.register(Repeat())
+    kinds.unregister("repeat")
     path = write_card({"description": "t", "target": "toy", "draft": {"kind": "repeat"}})
     assert_one_error(run("generate", "-c", path, "ba"),
                      f"{path}: draft.kind: must be one of model, prompt-lookup, early-exit, toy, synthetic, "
                      f"features, got 'repeat'")
     with pytest.raises(ValueError, match="already registered"):
-        drafts.register(drafts.get("toy"))
+        kinds.register(kinds.get("toy"))
 
 
-@pytest.mark.parametrize("kind", drafts.kinds(), ids=lambda k: k.name)
+@pytest.mark.parametrize("kind", kinds.kinds(), ids=lambda k: k.name)
 def test_a_built_in_kind_declares_what_its_draft_does(kind):
     """Capabilities are declared, never probed for: a class says it samples exactly when it
     draws from its own distribution, it runs a model exactly when it measures a step, and so on."""
@@ -141,6 +142,6 @@ def test_a_kind_that_cannot_batch_is_refused_before_loading(run, tmp_path, monke
     monkeypatch.setattr(pair_mod, "load", lambda *a, **kw: (_ for _ in ()).throw(AssertionError("loaded a model")))
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"id": "a", "prompt": "ba"}\n{"id": "b", "prompt": "be"}\n')
-    assert not drafts.get("features").draft.batches
+    assert not kinds.get("features").draft.batches
     assert_one_error(run("generate", "-c", "smollm2-distilled", "--prompts-file", prompts, "--batch", "2"),
                      "--batch: a features draft decodes one row at a time; use --batch 1")

@@ -1,30 +1,23 @@
-"""Drafts: everything that proposes tokens for the target to verify, one module per kind.
+"""Drafts: everything that proposes tokens for the target to verify, behind one protocol.
 
     base.py           the protocol (`Draft`: begin, propose, update, forwards, and every
-                      optional part as a declared capability with its default), `Kind` (a
-                      draft kind's declaration) and the registry of kinds
-    model.py          `model`: a smaller causal LM sharing the target's tokenizer
-    prompt_lookup.py  `prompt-lookup`: n-gram match against the prompt and output; no model call
-    early_exit.py     `early-exit`: the target's own first layers
-    toy.py            `toy`: the agreement-controlled draft on the toy target (tests, demos)
-    synthetic.py      `synthetic`: the agreement-controlled draft on a real target (benchmarks)
-    features.py       `features`: one block drafting from the target's hidden states (EAGLE-1)
+                      optional part as a declared capability with its default)
+    model.py          `ModelDraft`: a causal LM of its own with its KV cache (kinds `model`
+                      and `early-exit`)
+    prompt_lookup.py  `PromptLookupDraft`: n-gram match against the prompt and output; no model call
+    toy.py            `OracleDraft`: the agreement-controlled draft on the toy target (tests, demos)
+    synthetic.py      `SyntheticDraft`: the agreement-controlled draft on a real target (benchmarks)
+    features.py       `FeatureDraft`: one block drafting from the target's hidden states (EAGLE-1)
 
-Importing the package registers these kinds, in this order (the order cards and errors list
-them). A new kind is one module declaring a `Kind` and one `register` call: cards validate its
-fields, the pair builds it, export and bench ask it, and no other module changes.
+What a card names is a draft kind (kinds/), which says which of these it builds; importing
+this package loads torch, and a kind imports it only when a draft is built.
 """
 
-from .base import Draft, Field, Kind, get, kinds, names, register, unregister
-from .early_exit import EarlyExit
-from .features import FeatureDraft, Features
-from .model import ModelDraft, Model
-from .prompt_lookup import MAX_PROPOSAL, PromptLookup, PromptLookupDraft
-from .synthetic import Synthetic, SyntheticDraft
-from .toy import OracleDraft, Toy
+from .base import Draft
+from .features import FeatureDraft
+from .model import ModelDraft
+from .prompt_lookup import MAX_PROPOSAL, PromptLookupDraft
+from .synthetic import SyntheticDraft
+from .toy import OracleDraft
 
-for _kind in (Model(), PromptLookup(), EarlyExit(), Toy(), Synthetic(), Features()):
-    register(_kind)
-
-__all__ = ["Draft", "Field", "Kind", "get", "kinds", "names", "register", "unregister", "ModelDraft",
-           "PromptLookupDraft", "OracleDraft", "SyntheticDraft", "FeatureDraft", "MAX_PROPOSAL"]
+__all__ = ["Draft", "ModelDraft", "PromptLookupDraft", "OracleDraft", "SyntheticDraft", "FeatureDraft", "MAX_PROPOSAL"]

@@ -1,25 +1,18 @@
-"""Draft kind `features`: one block drafting from the target's own hidden states (EAGLE-1).
-
-    draft: {kind: features, weights: weights/smollm2-distilled.safetensors}
-The block, its cache and its weights file are features.py (shared with `specdec distill`,
-which trains them); here is the draft that runs them in the loop (see features.py's doc for
-the notation), and the kind: a weights file fits one target (checked on load), and no serving
-engine reads it.
+"""The features draft (kind `features`, kinds/features.py): one block drafting from the target's
+own hidden states (EAGLE-1). The block, its cache and its weights file are features.py (shared
+with `specdec distill`, which trains them); here is the draft that runs them in the loop (see
+features.py's doc for the notation).
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from .. import features
-from ..checks import text
-from ..errors import SpecdecError
 from ..features import BlockCache, FeatureBlock
-from .base import Draft, Field, Kind
+from .base import Draft
 
 
 class Head:
@@ -183,35 +176,3 @@ class FeatureDraft(Draft):
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def weights_path(card, spec) -> Path:
-    """A features draft's weights file; a relative path is relative to the card's folder."""
-    path = Path(spec.weights).expanduser()
-    return path if path.is_absolute() else card.folder / path
-
-
-class Features(Kind):
-    name = "features"
-    draft = FeatureDraft
-    target = "transformers"
-    fields = (Field("weights", text, required=True),)  # the .safetensors `specdec distill` wrote (relative: to the card)
-    why_not = "specdec's own EAGLE-style weights file, which no engine reads"
-
-    def detail(self, spec) -> str:
-        return Path(spec.weights or "").stem
-
-    def before_load(self, spec, card, target) -> None:
-        path = weights_path(card, spec)
-        try:
-            features.read_header(path)
-        except SpecdecError as e:
-            raise SpecdecError(f"{card.path}: draft.weights: {path}: {e}") from None
-
-    def build(self, spec, pair, name: str) -> FeatureDraft:
-        path = weights_path(pair.card, spec)
-        try:
-            block, vocab_ids, meta = features.load(path, pair.target)
-        except SpecdecError as e:
-            raise SpecdecError(f"{pair.card.path}: draft.weights: {path}: {e}") from None
-        return FeatureDraft(pair.target, block, vocab_ids, name=name, meta=meta)

@@ -1,9 +1,6 @@
-"""Draft kind `synthetic`: the agreement-controlled draft on a real target, for benchmarks.
-
-    draft: {kind: synthetic, agree: 0.7, seed: 0}
-Proposes the target's own greedy token (read from a greedy run of the same prompt) with
-probability `agree` per position, else a wrong one: it isolates how the loop's speed scales
-with acceptance. specdec only: no engine or peer runs it.
+"""The agreement-controlled draft on a real target (kind `synthetic`, kinds/synthetic.py), for
+benchmarks: the target's own greedy token (read from a greedy run of the same prompt) with
+probability `agree` per position, else a wrong one.
 """
 
 from __future__ import annotations
@@ -11,8 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import SpecdecError
-from .base import Kind
-from .toy import AGREEMENT, OracleDraft
+from .toy import OracleDraft
 
 
 class SyntheticDraft(OracleDraft):
@@ -43,17 +39,3 @@ class SyntheticDraft(OracleDraft):
         request's reference, set by its own begin)."""
         i = len(context) - self.start  # valid while context = prompt + reference prefix
         return self.ref[i] if i < len(self.ref) else 0
-
-
-class Synthetic(Kind):
-    name = "synthetic"
-    draft = SyntheticDraft
-    fields = AGREEMENT
-    why_not = "a benchmark draft that copies the target's own output"
-
-    def detail(self, spec) -> str:
-        return f"agree={spec.agree}"
-
-    def build(self, spec, pair, name: str) -> SyntheticDraft:
-        target = pair.target
-        return SyntheticDraft(pair.references, target.vocab_size, spec.agree, spec.seed, target.device, name)

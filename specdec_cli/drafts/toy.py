@@ -1,8 +1,6 @@
-"""Draft kind `toy`: the agreement-controlled draft on the toy target, for tests and demos.
-
-    draft: {kind: toy, agree: 0.7, seed: 0}
-Proposes the toy target's own greedy token with probability `agree` per position, else a
-wrong one, reproducibly from `seed`. specdec only: no engine or peer runs it.
+"""The agreement-controlled draft on the toy target (kind `toy`, kinds/toy.py), for tests and
+demos: the toy target's own greedy token with probability `agree` per position, else a wrong
+one, reproducibly from `seed`.
 """
 
 from __future__ import annotations
@@ -13,8 +11,7 @@ from typing import Callable
 
 import torch
 
-from ..checks import integer, probability
-from .base import Draft, Field, Kind
+from .base import Draft
 
 
 def _coin(seed: int, position: int) -> float:
@@ -59,24 +56,3 @@ class OracleDraft(Draft):
 
     def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
         pass
-
-
-AGREEMENT = (
-    Field("agree", probability, required=True),  # per-token agreement with the target
-    Field("seed", integer(0, 2**63 - 1), 0),  # reproducible agreement draws
-)
-
-
-class Toy(Kind):
-    name = "toy"
-    draft = OracleDraft
-    target = "toy"
-    fields = AGREEMENT
-    why_not = "specdec's built-in test draft"
-
-    def detail(self, spec) -> str:
-        return f"agree={spec.agree}"
-
-    def build(self, spec, pair, name: str) -> OracleDraft:
-        target = pair.target
-        return OracleDraft(target.greedy_next, target.vocab_size, spec.agree, spec.seed, target.device, name)

@@ -8,29 +8,39 @@ has it as assistant_early_exit.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..checks import integer
 from ..errors import SpecdecError
-from ..models import early_exit
 from .base import Field, Kind
-from .model import ModelDraft
+
+if TYPE_CHECKING:
+    from ..drafts.model import ModelDraft
 
 
 class EarlyExit(Kind):
     name = "early-exit"
-    draft = ModelDraft
     target = "transformers"
     fields = (Field("layers", integer(1, 1000), required=True),)  # how many target layers the draft runs
     why_not = "a draft made of the target's own first layers"
+
+    @property
+    def draft(self) -> type[ModelDraft]:
+        from ..drafts.model import ModelDraft
+
+        return ModelDraft
 
     def detail(self, spec) -> str:
         return f"layers={spec.layers}"
 
     def build(self, spec, pair, name: str) -> ModelDraft:
+        from ..models import early_exit
+
         try:
             view = early_exit(pair.target, spec.layers)
         except SpecdecError as e:
             raise SpecdecError(f"{pair.card.path}: draft.layers: {e}") from None
-        return ModelDraft(view, pair.target.vocab_size, name=name)
+        return self.draft(view, pair.target.vocab_size, name=name)
 
     def check_peer(self, spec, card) -> None:
         pass
