@@ -207,7 +207,7 @@ def main(directory: str, command: str | None = None, note: str = "") -> str:
     batch, soak = optional(d, "batch.jsonl"), optional(d, "soak.jsonl")
     batch_exact, pair_exact = optional(d, "batch-exact.jsonl"), optional(d, "pair-exact.jsonl")
     readme, llamacpp = optional(d, "readme.jsonl"), optional(d, "llamacpp.jsonl")
-    exactness = optional(d, "exactness.jsonl")
+    exactness, bf16 = optional(d, "exactness.jsonl"), optional(d, "bf16.jsonl")
     spec = bench_rows(bench, "category", "all")
     peers = [r for r in bench if r["row"] == "transformers" and r["scope"] == "all"]
     sweep_all = bench_rows(sweep, "all")
@@ -298,7 +298,7 @@ def main(directory: str, command: str | None = None, note: str = "") -> str:
     out += pair_exact_section(pair_exact)
     out += batch_section(batch, soak) + batch_exact_section(batch_exact)
     out += readme_section(readme) + llamacpp_section(llamacpp, readme, machine, command)
-    out += exactness_section(exactness)
+    out += exactness_section(exactness) + bf16_section(bf16)
     ends = (closing(spec, peers, sweep_all, pairs, distilled, pair) + batch_closing(batch, soak)
             + readme_closing(readme) + pair_suite_closing(pair_suite) + pair_exact_closing(pair_exact)
             + batch_exact_closing(batch_exact) + llamacpp_closing(llamacpp, readme) + exactness_closing(exactness))
@@ -703,6 +703,24 @@ def llamacpp_closing(rows: list[dict], readme: list[dict]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- exactness in bfloat16
+def bf16_section(rows: list[dict]) -> list[str]:
+    """bench in bfloat16 (pinned shapes): speculative against the faster of pinned and free greedy."""
+    rows = [r for r in rows if r.get("row") == "bench" and r["scope"] == "all"]
+    if not rows:
+        return []
+    return ["", "## bfloat16 speed, pinned shapes", "",
+            "`bench --dtype bfloat16` (shapes auto: pinned). Both greedy runs are timed: pinned greedy at the "
+            "same width (the exactness reference) and free-shape greedy (what a user would otherwise run); "
+            "the speedup is against the faster of the two, named in `baseline`.", "",
+            table(["draft", "k", "prompts", "tokens", "pinned greedy tok/s", "free greedy tok/s", "speculative tok/s",
+                   "tokens/round", "speedup", "baseline", "identical"],
+                  [[r["draft"], str(r["k"]), str(r["prompts"]), str(r["tokens"]),
+                    f(r["baseline_tokens"] / r["pinned_greedy_wall_s"] if r.get("pinned_greedy_wall_s") else None, ".1f"),
+                    f(r["baseline_tokens"] / r["free_greedy_wall_s"] if r.get("free_greedy_wall_s") else None, ".1f"),
+                    f(r["tokens_per_s"], ".1f"), f(r["tokens_per_round"]), f(r["speedup"], ".2f", "x"),
+                    r.get("baseline", "greedy"), "yes" if r["identical"] else "**NO**"] for r in rows])]
+
+
 def exactness_groups(rows: list[dict]) -> dict[tuple, list[dict]]:
     """(card, dtype, shapes, batch) -> exactness.sh's records, in file order."""
     out: dict[tuple, list[dict]] = {}

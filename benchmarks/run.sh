@@ -22,6 +22,8 @@
 #   verify-exactness of PAIR_CARD over the whole suite at k = 1,2,4,8, at most that many tokens,
 #   with --matmuls all (every verify width weight-major: covers any choice a profile makes)
 #   README_REPEATS=5: the README's first example (default card) timed greedy vs speculative
+#   BF16=1 (empty: skip) the card over the suite and DISTILLED_CARD on free text in bfloat16 (pinned
+#   shapes), against the faster of pinned and free-shape greedy
 #   PEERS=llamacpp (unset: skip) llama.cpp on the README's example, into the kind's llamacpp.jsonl
 # e.g. on a quiet or GPU machine: LIMIT=3 REPEATS=5 SWEEP_REPEATS=3 bash benchmarks/run.sh
 set -euo pipefail
@@ -49,8 +51,9 @@ SOAK_PROMPTS=${SOAK_PROMPTS:-200}
 SOAK_MAX_TOKENS=${SOAK_MAX_TOKENS:-32}
 README_REPEATS=${README_REPEATS:-5}
 PEERS=${PEERS:-}
+BF16=${BF16-1}
 if [ -n "$THREADS" ]; then export OMP_NUM_THREADS="$THREADS"; fi
-command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS PAIR_SUITE_LIMIT=$PAIR_SUITE_LIMIT CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS ${PAIR_EXACT_TOKENS:+PAIR_EXACT_TOKENS=$PAIR_EXACT_TOKENS }SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS README_REPEATS=$README_REPEATS ${PEERS:+PEERS=$PEERS }bash benchmarks/run.sh"
+command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS PAIR_SUITE_LIMIT=$PAIR_SUITE_LIMIT CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS ${PAIR_EXACT_TOKENS:+PAIR_EXACT_TOKENS=$PAIR_EXACT_TOKENS }SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS README_REPEATS=$README_REPEATS BF16=$BF16 ${PEERS:+PEERS=$PEERS }bash benchmarks/run.sh"
 # this machine's kind: every file below goes into its folder; machine.json (the CPU model, vendor,
 # cores, torch's BLAS, versions, commit, date and the command) is recorded now, before any run
 RESULTS=benchmarks/results
@@ -125,13 +128,23 @@ fi
 # 5. the README's first example (the default card, its token budget), greedy and speculative back to back
 echo '{"id": "readme", "prompt": "Explain what a hash table is."}' > "$B/readme-prompt.jsonl"
 "$SPECDEC" bench --prompts-file "$B/readme-prompt.jsonl" --repeats "$README_REPEATS" --json > "$B/readme.jsonl.tmp"
+# 6. bfloat16 (pinned shapes: bitwise-exact): the card over the suite and the distilled card on free
+#    text, speculative against the faster of pinned and free-shape greedy (BF16= skips)
+rm -f "$B/bf16.jsonl.tmp"
+if [ -n "$BF16" ]; then
+  "$SPECDEC" bench "${common[@]}" --dtype bfloat16 --repeats 1 --json > "$B/bf16.jsonl.tmp"
+  if [ -n "$DISTILLED_CARD" ]; then
+    "$SPECDEC" bench --card "$DISTILLED_CARD" --prompts-file "$B/free-text-prompts.jsonl" --max-tokens "$MAX_TOKENS" \
+        --dtype bfloat16 --repeats 1 --json >> "$B/bf16.jsonl.tmp"
+  fi
+fi
 mv "$B/machine.json.tmp" "$B/machine.json"
 mv "$B/bench.jsonl.tmp" "$B/bench.jsonl"
 mv "$B/sweep.jsonl.tmp" "$B/sweep.jsonl"
 mv "$B/plan.jsonl.tmp" "$B/plan.jsonl"
-for f in distilled pair pair-suite batch batch-exact soak readme; do if [ -f "$B/$f.jsonl.tmp" ]; then mv "$B/$f.jsonl.tmp" "$B/$f.jsonl"; else rm -f "$B/$f.jsonl"; fi; done
+for f in distilled pair pair-suite batch batch-exact soak readme bf16; do if [ -f "$B/$f.jsonl.tmp" ]; then mv "$B/$f.jsonl.tmp" "$B/$f.jsonl"; else rm -f "$B/$f.jsonl"; fi; done
 
-# 6. PEERS=llamacpp: llama.cpp beside specdec on the README's example (section 5's prompt, the
+# 7. PEERS=llamacpp: llama.cpp beside specdec on the README's example (section 5's prompt, the
 #    default card and its token budget; PAIR_CARD too when fetched), into the kind's
 #    llamacpp.jsonl (kept as it is when PEERS is unset); the first run builds llama.cpp
 #    (benchmarks/peers/llamacpp.sh says how, and its knobs)
