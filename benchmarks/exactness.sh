@@ -9,9 +9,10 @@
 # machine.json when the folder has none yet); report.py turns it into that kind's page's exactness
 # section (python benchmarks/report.py DIR > DIR.md, or the next bash benchmarks/run.sh).
 # Knobs (environment), sized for a 2-core CPU (about 40 min at the defaults):
-#   CARDS="smollm2 smollm2-distilled smollm2-early-exit"  the first runs the whole suite, the
-#   others LIMIT prompts per category; DTYPES="bfloat16"; KS=1,2,4,8; TOKENS=64; BATCH=8;
-#   FREE=1 (0: skip the free-shape contrast); LIMIT=1
+#   CARDS="smollm2 smollm2-distilled smollm2-early-exit"  SUITE_CARD (default: the first) runs the
+#   whole suite, the others LIMIT prompts per category; DTYPES="bfloat16"; KS=1,2,4,8; TOKENS=64; BATCH=8;
+#   FREE=1 (0: skip the free-shape contrast); LIMIT=1; APPEND=1 adds to the records of a run cut short
+#   (with CARDS naming the cards still to do). A draft that cannot batch (features) runs --batch 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SPECDEC=${SPECDEC:-.venv/bin/specdec}
@@ -28,22 +29,24 @@ mkdir -p "$B"
 command="CARDS=\"$CARDS\" DTYPES=\"$DTYPES\" KS=$KS TOKENS=$TOKENS BATCH=$BATCH FREE=$FREE LIMIT=$LIMIT bash benchmarks/exactness.sh"
 [ -f "$B/machine.json" ] || "$PYTHON" benchmarks/report.py --machine "$command" > "$B/machine.json"
 out="$B/exactness.jsonl.tmp"
-: > "$out"
+[ -n "${APPEND:-}" ] || : > "$out"  # APPEND=1: add to a run cut short
 "$PYTHON" -c "import json, sys; from specdec_cli.prompts import SUITE
 seen = {}
 for p in SUITE:
     if seen.get(p.category, 0) < int(sys.argv[1]):
         seen[p.category] = seen.get(p.category, 0) + 1; print(json.dumps({'id': p.id, 'prompt': p.text}))" "$LIMIT" \
     > "$B/exactness-prompts.jsonl"
-first=1
+SUITE_CARD=${SUITE_CARD:-${CARDS%% *}}
 for card in $CARDS; do
-  prompts=()  # the first card: the whole built-in suite; the others: LIMIT per category
-  [ "$first" = 1 ] || prompts=(--prompts-file "$B/exactness-prompts.jsonl")
-  first=0
+  prompts=()  # SUITE_CARD (the first card): the whole built-in suite; the others: LIMIT per category
+  [ "$card" = "$SUITE_CARD" ] || prompts=(--prompts-file "$B/exactness-prompts.jsonl")
+  batches=$("$PYTHON" -c "from specdec_cli.cards import load_card; from specdec_cli.kinds import get
+print(int(get(load_card('$card').draft.kind).draft.batches))")  # 0: a draft that decodes one row at a time
   for dtype in $DTYPES; do
     for shapes in pinned $([ "$FREE" = 1 ] && echo free); do
       for batch in 1 "$BATCH"; do
         [ "$shapes" = free ] && [ "$batch" != 1 ] && continue  # the contrast at batch 1 is enough
+        [ "$batch" != 1 ] && [ "$batches" = 0 ] && continue
         tag="{\"card\": \"$card\", \"dtype\": \"$dtype\", \"batch\": $batch}"
         set +e
         "$SPECDEC" verify-exactness -c "$card" "${prompts[@]}" --dtype "$dtype" --shapes "$shapes" --bitwise \
