@@ -11,8 +11,8 @@
 # Knobs (environment), sized for a 2-core CPU (about 40 min at the defaults):
 #   CARDS="smollm2 smollm2-distilled smollm2-early-exit"  SUITE_CARD (default: the first) runs the
 #   whole suite, the others LIMIT prompts per category; DTYPES="bfloat16"; KS=1,2,4,8; TOKENS=64; BATCH=8;
-#   FREE=1 (0: skip the free-shape contrast); LIMIT=1; APPEND=1 adds to the records of a run cut short
-#   (with CARDS naming the cards still to do). A draft that cannot batch (features) runs --batch 1 only.
+#   FREE=1 (0: skip the free-shape contrast); LIMIT=1; APPEND=1 adds to the records there (those of a
+#   run cut short, else exactness.jsonl), with CARDS naming the cards still to do. A draft that cannot batch (features) runs --batch 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SPECDEC=${SPECDEC:-.venv/bin/specdec}
@@ -29,7 +29,9 @@ mkdir -p "$B"
 command="CARDS=\"$CARDS\" DTYPES=\"$DTYPES\" KS=$KS TOKENS=$TOKENS BATCH=$BATCH FREE=$FREE LIMIT=$LIMIT bash benchmarks/exactness.sh"
 [ -f "$B/machine.json" ] || "$PYTHON" benchmarks/report.py --machine "$command" > "$B/machine.json"
 out="$B/exactness.jsonl.tmp"
-[ -n "${APPEND:-}" ] || : > "$out"  # APPEND=1: add to a run cut short
+if [ -z "${APPEND:-}" ]; then : > "$out"
+elif [ ! -f "$out" ] && [ -f "$B/exactness.jsonl" ]; then cp "$B/exactness.jsonl" "$out"  # APPEND=1: add to the records
+fi
 "$PYTHON" -c "import json, sys; from specdec_cli.prompts import SUITE
 seen = {}
 for p in SUITE:
