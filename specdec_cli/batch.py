@@ -18,7 +18,7 @@ import torch
 
 from . import kernels
 from .decoding import GREEDY, NoDraft, Result, decode_rows
-from .rows import rows_for
+from .kvcache import cache_for
 from .schedule import Cost, Probes, Scheduled, batch_length
 
 MAX_BATCH = 256
@@ -68,7 +68,7 @@ FORMS = ("linear", "major", "packed")  # F.linear, W @ xᵀ, oneDNN's prepacked 
 def rectangle_seconds(target, rows: int, widths: int, context: list[int],
                       repeats: int = 3) -> tuple[list[float], list[int], list[int]]:
     """Seconds of one [rows, n] verify (n = 1..widths) after `context` in every row, through
-    HFRows as the loop runs it: the median of `repeats` tries after a warm-up (as
+    KVCache as the loop runs it: the median of `repeats` tries after a warm-up (as
     costs.forward_seconds). With the target's switch (kernels.py), each speculative rectangle
     (n >= 2) is timed in every form it can take and the fastest kept (under
     SPECDEC_WEIGHT_MAJOR=all every one W @ xᵀ, =packed every one prepacked, untimed); n = 1,
@@ -81,7 +81,7 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
     forced = {"all": "major", "packed": "packed"}.get(switch.mode if switch is not None else "off")
     forms = {n: ("linear",) if switch is None or n == 1 else (forced,) if forced else offered
              for n in range(1, widths + 1)}
-    cache = rows_for(target, rows=rows)
+    cache = cache_for(target, rows=rows)
     for _ in range(rows):
         cache.add(context)
     times = {(n, form): [] for n in forms for form in forms[n]}

@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .benchrows import PeerRow, Row
+from .benchrows import BenchRow, PeerRow
 from .cards import DraftSpec
 from .costs import CostProfile, _sync
 from .decoding import Result
@@ -79,19 +79,18 @@ class Config:
     simulated: bool = False  # draft_cost is --draft-cost, not a measurement
 
 
-def plan(pair: Pair, ks: list[int], agrees: list[float] | None, seed: int = 0,
-         draft_cost: float | None = None) -> list[Config]:
+def configs(pair: Pair, ks: list[int], agrees: list[float] | None, seed: int = 0,
+            draft_cost: float | None = None) -> list[Config]:
     """The configurations of a run: the synthetic draft at every (agreement, k) when sweeping
     agreement, then the card's own draft at every k (the extra row at its measured rate)."""
-    configs = []
+    out = []
     for a in agrees or []:
         for k in ks:
             draft = build_draft(DraftSpec("synthetic", agree=a, seed=seed, schedule="fixed"), pair)
             if draft_cost is not None:
                 draft = SimulatedCost(draft, draft_cost)
-            configs.append(Config(draft, k, agree=a, draft_cost=draft_cost or 0.0, simulated=draft_cost is not None))
-    configs += [Config(pair.draft, k) for k in ks]
-    return configs
+            out.append(Config(draft, k, agree=a, draft_cost=draft_cost or 0.0, simulated=draft_cost is not None))
+    return out + [Config(pair.draft, k) for k in ks]
 
 
 # ---------------------------------------------------------------------------- costs
@@ -126,7 +125,7 @@ def steps(prompts: int, configs: list[Config], repeats: int, peer: Peer | None) 
 
 
 def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: int, repeats: int,
-        peer: Peer | None = None, progress: Progress | None = None) -> Iterator[Row | PeerRow]:
+        peer: Peer | None = None, progress: Progress | None = None) -> Iterator[BenchRow | PeerRow]:
     """Time greedy and every configuration (and transformers' peers) on every prompt; yield
     one row per prompt and configuration as soon as that prompt is done."""
     tick = progress or (lambda n, text: None)
@@ -184,7 +183,7 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
             # pinned: the reference is greedy at this configuration's own width (untimed unless the card's)
             same_as = reference if sampled or pair.width(c.k) == pair.width(pair.card.k) else pair.reference_at(ids, max_tokens, c.k)
             expected, steps = predict(rounds, s.alpha_by_position, c.draft_cost, profile.v, len(ids))
-            yield Row("prompt", prompt.id, prompt.category, c.draft.name, c.k, c.agree, 1, s.tokens,
+            yield BenchRow("prompt", prompt.id, prompt.category, c.draft.name, c.k, c.agree, 1, s.tokens,
                       s.verify_rounds, s.target_forwards, s.draft_forwards, s.drafted, s.accepted,
                       sum(x.accepted < x.drafted for x in rounds), greedy_s,
                       statistics.median(x.stats.wall_s for x in results), len(reference),
@@ -217,7 +216,7 @@ def timed_pass(pair: Pair, encoded: list[list[int]], k: int, max_tokens: int, ba
 
 
 def run_batched(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: int, repeats: int,
-                batch: int, progress: Progress | None = None, notes: list | None = None) -> Iterator[Row]:
+                batch: int, progress: Progress | None = None, notes: list | None = None) -> Iterator[BenchRow]:
     """bench with --batch N: per repeat one timed batched pass of the target alone and one per
     configuration, over all prompts. A batch's time is shared, so a prompt row's wall_s is its
     pass's median wall time apportioned by tokens: category and overall rows (sums) are then the
@@ -269,7 +268,7 @@ def run_batched(pair: Pair, prompts: list[Prompt], configs: list[Config], max_to
                 notes.append(f"prompt {prompt.id}, {c.draft.name} k={c.k}: batch {batch} differs from greedy "
                              f"at token {d['index']} ({d['greedy_token']} vs {d['spec_token']}; "
                              f"target top-2 margin {d['margin']:.4g})")
-            yield Row("prompt", prompt.id, prompt.category, c.draft.name, c.k, c.agree, 1, s.tokens,
+            yield BenchRow("prompt", prompt.id, prompt.category, c.draft.name, c.k, c.agree, 1, s.tokens,
                       s.verify_rounds, s.target_forwards, s.draft_forwards, s.drafted, s.accepted,
                       sum(x.accepted < x.drafted for x in rounds), greedy_s * len(base.tokens) / greedy_tokens,
                       wall * s.tokens / total, len(base.tokens), same, c.verify_cost, c.draft_cost,

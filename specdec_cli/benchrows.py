@@ -1,4 +1,4 @@
-"""bench's rows: plain numbers per configuration over some prompts (`Row`; `PeerRow`, specdec
+"""bench's rows: plain numbers per configuration over some prompts (`BenchRow`; `PeerRow`, specdec
 beside transformers' generate), the figures derived from them as properties, and `summarize`,
 which folds prompt rows into category and overall rows. No torch; rendering is render.py's.
 """
@@ -11,7 +11,7 @@ from .metrics import expected_speedup, expected_tokens_per_round
 
 
 @dataclass
-class Row:
+class BenchRow:
     """One configuration over some prompts: one prompt, a category, or all of them (`scope`)."""
 
     scope: str  # prompt | category | all

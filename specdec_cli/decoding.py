@@ -3,7 +3,7 @@
 A *verifier* is the only thing that differs between greedy and sampling (how proposals are
 drawn and accepted); a *draft* that proposes nothing turns the loop into plain decoding (one
 target step per token); a *schedule* (schedule.py) wraps a draft and picks each round's
-proposal length; the *cache* (rows.py) holds every row's K/V and pins the forward's shape when
+proposal length; the *cache* (kvcache.py) holds every row's K/V and pins the forward's shape when
 asked. `decode` (one prompt) and `decode_rows` (many, `batch` at a time, continuous batching)
 are the one loop; `greedy_decode`, `speculative_decode` and sampling.py's two are it with those
 parts filled in.
@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import torch
 
 from .metrics import Round, Stats
-from .rows import prefill, rows_for, to_device  # noqa: F401  (prefill: re-exported)
+from .kvcache import prefill, cache_for, to_device  # noqa: F401  (prefill: re-exported)
 
 
 @dataclass
@@ -169,7 +169,7 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
     (many sampling draws of one prompt); `trace` keeps each emitted token's logits row."""
     width = width if width is None else max(width, k + 1)
     capacity = max(map(len, prompts), default=1) + max_tokens + (width or 0)
-    cache = rows_for(target, card_name, batch, width, capacity)
+    cache = cache_for(target, card_name, batch, width, capacity)
     timed = None if batch > 1 or getattr(target, "replayed", False) else getattr(draft, "observe_verify", None)
     waiting, live = deque(enumerate(prompts)), []
     while waiting or live:

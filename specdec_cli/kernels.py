@@ -2,7 +2,7 @@
 
 `ForwardPolicy` is given to the target when the pair is loaded and shown in --json
 (`forward_policy`): `shapes` (pinned: every decode-phase forward [rows, W] over a fixed KV buffer,
-bitwise-exact in any dtype; free: [rows, d+1], the least work; rows.py) and `matmuls`, how a CPU
+bitwise-exact in any dtype; free: [rows, d+1], the least work; kvcache.py) and `matmuls`, how a CPU
 float32 target's linear layers compute few-token products:
     measure  the cost profile times each forward shape in every form and keeps the fastest
     off      torch's F.linear everywhere

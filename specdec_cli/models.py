@@ -186,7 +186,7 @@ class HFLM:
 
     def run(self, ids: torch.Tensor, cache, keep: int = 0, start: int = 0, **inputs) -> torch.Tensor:
         """ids [B, S] -> logits [B, S, V] through `cache` (`inputs`: the loop's own mask and
-        positions, rows.py). A prefill (keep > 0) takes torch's own matmuls, as in generate;
+        positions, kvcache.py). A prefill (keep > 0) takes torch's own matmuls, as in generate;
         with keep_hidden, row 0's final hidden states are kept, `start` the cache length before."""
         switch = self.weight_major
         if switch is not None and keep:

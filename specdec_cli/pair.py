@@ -20,7 +20,7 @@ from .drafts import Draft
 from .errors import SpecdecError
 from .kinds import get as draft_kind
 from .models import HFLM, ModelRef, load, model_ref, resolve_device, resolve_dtype, resolve_shapes
-from .rows import unsupported
+from .kvcache import unsupported
 from .sampling import Sampling, sample_decode, speculative_sample
 from .schedule import Cost, Heuristic, Scheduled
 from .toy import ToyLM
@@ -275,7 +275,7 @@ def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = (), batch: int
 
 def forward_policy(card: Card, target, dtype: torch.dtype) -> kernels.ForwardPolicy:
     """The shapes and matmul forms the target's forwards take, given to it now (kernels.py).
-    Pinned shapes need the KV cache the loop owns (rows.py): a target it cannot hold is refused
+    Pinned shapes need the KV cache the loop owns (kvcache.py): a target it cannot hold is refused
     when asked for by name, and runs free shapes under `auto`."""
     shapes = resolve_shapes(card.shapes, dtype, target.device)
     if shapes == "pinned" and isinstance(target, HFLM) and unsupported(target):

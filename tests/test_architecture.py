@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "specdec_cli"
 LAYERS = {
     1: ("leaves", ["errors", "settings", "checks", "memory", "metrics", "toy", "stattest", "kernels", "files",
                    "prompts", "features", "tokenizers", "benchrows"]),
-    2: ("models and measurements", ["models", "costs", "rows", "trainprompts", "traindata"]),
+    2: ("models and measurements", ["models", "costs", "kvcache", "trainprompts", "traindata"]),
     3: ("the loop", ["decoding", "sampling", "schedule", "batch"]),
     4: ("drafts and their kinds", ["drafts", "drafts.*", "kinds", "kinds.*"]),
     5: ("the card", ["cards", "fetch"]),

@@ -19,7 +19,7 @@ from specdec_cli.decoding import NoDraft, greedy_decode
 from specdec_cli.drafts import ModelDraft, PromptLookupDraft
 from specdec_cli.errors import SpecdecError
 from specdec_cli.models import HFLM, load, parse_ref
-from specdec_cli.rows import HFRows
+from specdec_cli.kvcache import KVCache
 from specdec_cli.sampling import Sampler, Sampling, speculative_sample
 from specdec_cli.schedule import Cost, Scheduled, lookup_prior
 from specdec_cli.toy import ToyLM
@@ -241,10 +241,10 @@ def test_tiny_llama_rows_equal_batch_1_greedy_with_rejections(twins, batch, monk
     enter as rows leave (a copy into a free row), and the buffers grow past their first 8
     columns; every row still equals its batch-1 greedy output."""
     target, noisy = twins
-    monkeypatch.setattr(HFRows, "COLUMNS", 8)
+    monkeypatch.setattr(KVCache, "COLUMNS", 8)
     grown = []
-    real = HFRows._reserve
-    monkeypatch.setattr(HFRows, "_reserve", lambda self, rows, width: (
+    real = KVCache._reserve
+    monkeypatch.setattr(KVCache, "_reserve", lambda self, rows, width: (
         grown.append(width) if width > self.cache.layers[0].keys.shape[2] else None, real(self, rows, width)))
     expected = [greedy_decode(target, p, 40, frozenset()).tokens for p in PROMPTS]
     for draft in (ModelDraft(noisy, target.vocab_size), PromptLookupDraft(CPU), NoDraft(CPU)):
@@ -257,7 +257,7 @@ def test_tiny_llama_rows_equal_batch_1_greedy_with_rejections(twins, batch, monk
 
 
 def test_tiny_llama_rows_equal_batch_1_greedy_under_eager_attention(twins):
-    """eager attention adds its mask to the scores: HFRows hands it a float mask (0 / the
+    """eager attention adds its mask to the scores: KVCache hands it a float mask (0 / the
     dtype's minimum) instead of sdpa's boolean one; rows still equal batch-1 greedy."""
     target, noisy = twins
     target.model.set_attn_implementation("eager")
@@ -297,13 +297,13 @@ def test_tiny_llama_rows_equal_batch_1_greedy_with_every_rectangle_in_another_fo
 
 
 def test_grouped_attention_matches_transformers_sdpa(twins):
-    """HFRows' attention (each key/value head's query heads in the query dimension, rows.py)
+    """KVCache' attention (each key/value head's query heads in the query dimension, kvcache.py)
     gives the logits transformers' own sdpa gives a row alone, up to fp32 rounding: tiny-llama
     has 4 query heads on 2 key/value heads, so the grouping is exercised."""
     target, _ = twins
     assert target.config.num_attention_heads > target.config.num_key_value_heads
     prompts = [list(range(3, 15)), list(range(30, 37))]
-    rows = HFRows(target, rows=2)
+    rows = KVCache(target, rows=2)
     for p in prompts:
         rows.add(p)
     got = rows.forward(torch.tensor([[p[-1], 5, 6] for p in prompts]))
@@ -321,7 +321,7 @@ def test_grouped_attention_leaves_the_attention_registry_as_it_found_it(twins):
 
     target, _ = twins
     plain = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    rows = HFRows(target, rows=2)
+    rows = KVCache(target, rows=2)
     for p in ([3, 4, 5], [6, 7]):
         rows.add(p)
     rows.forward(torch.tensor([[5, 1], [7, 1]]))

@@ -88,7 +88,7 @@ def test_bench_matches_the_library_outputs(prompts_file):
     """The bench's counters come from the same decodes a user gets from `generate`."""
     pair = load_pair(load_card("toy"))
     prompts = [Prompt(f"p{i}", t) for i, t in enumerate(MIXED)]
-    rows = list(bench.run(pair, prompts, bench.plan(pair, [4], None), 60, 1))
+    rows = list(bench.run(pair, prompts, bench.configs(pair, [4], None), 60, 1))
     fresh = load_pair(load_card("toy"))
     for prompt, row in zip(prompts, rows):
         ids = fresh.encode(prompt.text, 60)
@@ -141,7 +141,7 @@ def test_agreement_sweep_seed_claims(run, prompts_file):
 def test_synthetic_draft_agrees_as_set():
     """Over the whole suite the measured per-token agreement is close to the set one."""
     pair = load_pair(load_card("toy"))
-    rows = benchrows.summarize(list(bench.run(pair, SUITE, bench.plan(pair, [4], [0.3, 0.5, 0.9]), 64, 1)))
+    rows = benchrows.summarize(list(bench.run(pair, SUITE, bench.configs(pair, [4], [0.3, 0.5, 0.9]), 64, 1)))
     for row in rows:
         if row.scope == "all" and row.agree is not None:
             assert abs(row.agreement_est - row.agree) < 0.08, (row.agree, row.agreement_est)
@@ -211,7 +211,7 @@ def test_draft_and_target_are_both_called():
         return draft_propose(*a, **kw)
 
     pair.target.forward, pair.draft.propose = counted_forward, counted_propose
-    rows = list(bench.run(pair, [Prompt("a", "ta te ti")], bench.plan(pair, [4], None), 40, 1))
+    rows = list(bench.run(pair, [Prompt("a", "ta te ti")], bench.configs(pair, [4], None), 40, 1))
     assert calls["target"] > 0 and calls["draft"] > 0
     assert rows[0].draft_forwards > 0 and rows[0].target_forwards > 0
 
@@ -335,7 +335,7 @@ def test_interrupt_keeps_finished_rows(run, monkeypatch):
 
 def test_summarize_and_theory():
     def row(name, category, tokens, rounds, greedy_s, spec_s, identical=True):
-        return benchrows.Row("prompt", name, category, "d", 4, 0.5, 1, tokens, rounds, rounds + 1, 8, 8, 4, 2,
+        return benchrows.BenchRow("prompt", name, category, "d", 4, 0.5, 1, tokens, rounds, rounds + 1, 8, 8, 4, 2,
                          greedy_s, spec_s, tokens, identical, 1.5, 0.1, False)
 
     rows = [row("a", "x", 10, 5, 1.0, 0.5), row("b", "x", 20, 4, 2.0, 1.0), row("c", "y", 6, 6, 1.0, 2.0, False)]
@@ -355,9 +355,9 @@ def test_summarize_and_theory():
 def test_smollm2_bench_and_transformers_agree(smollm2_pair):
     pair = smollm2_pair
     prompts = [Prompt("rag", SUITE[15].text, "rag")]
-    configs = bench.plan(pair, [4], [1.0])
+    configs = bench.configs(pair, [4], [1.0])
     rows = list(bench.run(pair, prompts, configs, 24, 1, transformers_peer(pair, 4)))
-    spec_rows = [r for r in rows if isinstance(r, benchrows.Row)]
+    spec_rows = [r for r in rows if isinstance(r, benchrows.BenchRow)]
     peer_rows = [r for r in rows if isinstance(r, benchrows.PeerRow)]
     assert all(r.identical for r in rows) and len(spec_rows) == 2 and len(peer_rows) == 2
     assert spec_rows[0].accept_rate == 1.0 and spec_rows[0].verify_rounds == math.ceil(spec_rows[0].tokens / 5)

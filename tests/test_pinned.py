@@ -1,6 +1,6 @@
 """Pinned shapes: in bfloat16, speculative decoding equals greedy bitwise, tokens and logits.
 
-Every decode-phase forward is [rows, W] over a KV buffer of fixed capacity (rows.py), so a
+Every decode-phase forward is [rows, W] over a KV buffer of fixed capacity (kvcache.py), so a
 position's logits do not depend on whether it was decoded alone or inside a verify. Tiny random
 models: Llama-shaped, Qwen2-shaped (attention biases) and Gemma-3-shaped (sliding-window layers,
 window 8, under full-attention ones), with random drafts, k, batch sizes and prompt lengths. A

@@ -93,7 +93,7 @@ def bench(
     items = request.items()
     json_out.start(as_json, command="bench", card=card)  # Ctrl-C: the rows so far + an incomplete marker
     from .. import bench as measure, peers  # both load torch: only when the command runs
-    from ..benchrows import PeerRow, Row, summarize
+    from ..benchrows import BenchRow, PeerRow, summarize
 
     if vs_transformers:
         peers.check_peer(load_card(card))  # before minutes of loading
@@ -102,7 +102,7 @@ def bench(
 
     c = pair.card
     peer = peers.transformers_peer(pair, c.k) if vs_transformers else None
-    configs = measure.plan(pair, request.k_list or [c.k], request.agrees, seed or 0, draft_cost)
+    configs = measure.configs(pair, request.k_list or [c.k], request.agrees, seed or 0, draft_cost)
     context = {"card": c.name, "device": str(pair.device), "dtype": pair.dtype_name, "chat": pair.chat,
                "max_tokens": c.max_tokens, "repeats": repeats, **measure.environment()}
     if batch_size > 1:
@@ -126,7 +126,7 @@ def bench(
     title = (f"card {c.name} · {pair.device} {pair.dtype_name} · {done} prompts · max {c.max_tokens} tokens · "
              f"median of {repeats}" + (f" · batch {batch_size}" if batch_size > 1 else "") + (f" · SAMPLING T={c.temperature} top-k={c.top_k} top-p={c.top_p} seed={c.seed}: "
                                        "'greedy' columns are plain sampling" if sampled else "") + (f" · INTERRUPTED after {done} of {len(items)} prompts" if interrupted else ""))
-    bench_rows = [r for r in summary if isinstance(r, Row)]
+    bench_rows = [r for r in summary if isinstance(r, BenchRow)]
     peer_rows = [r for r in summary if isinstance(r, PeerRow) and r.scope == "all"]
     if as_json and not interrupted:
         for row in summary:
@@ -152,9 +152,9 @@ def bench(
         err.print(f"wrote {plot}", highlight=False)
     for note in notes:
         err.print(note, markup=False, highlight=False, soft_wrap=True)
-    differ = [r for r in rows if isinstance(r, Row) and r.identical is False]
+    differ = [r for r in rows if isinstance(r, BenchRow) and r.identical is False]
     peers_differ = [r for r in rows if isinstance(r, PeerRow) and not r.identical]
-    checked = sum(isinstance(r, Row) and r.identical is not None for r in rows)
+    checked = sum(isinstance(r, BenchRow) and r.identical is not None for r in rows)
     if sampled:
         err.print("sampling: outputs are equal in distribution, not token for token (see verify-exactness --temperature)")
     else:

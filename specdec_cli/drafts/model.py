@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..rows import to_device
+from ..kvcache import to_device
 from .base import Draft
 
 

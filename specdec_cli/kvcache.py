@@ -1,6 +1,6 @@
 """The KV cache the decode loop owns: B >= 1 rows, each at its own length; rollback = lower a length.
 
-`HFRows` serves a transformers target. Each layer keeps K and V in buffers [rows, H, capacity, D]
+`KVCache` serves a transformers target. Each layer keeps K and V in buffers [rows, H, capacity, D]
 written in place; row i owns columns 0..length[i]-1, position ids are columns, and a forward's
 mask shows query s of row i the columns j <= length[i] + s (and, in a sliding-window layer, only
 the last `window` of them). Why not transformers' DynamicCache: it concatenates the whole cache
@@ -12,7 +12,7 @@ Shapes (the forward policy's `shapes`, docs/shapes.md):
           then padding (outputs dropped, cache entries overwritten by the next forward), rows
           that are not live padded too. One shape means the same kernels every time, so a
           position's logits are bitwise the same decoded alone (greedy) or inside a verify.
-`SerialRows` serves any other target behind the small model interface (the toy, plan's replay):
+`SerialCache` serves any other target behind the small model interface (the toy, plan's replay):
 a cache per row, rows fed one by one.
 """
 
@@ -47,9 +47,9 @@ def prefill(lm, cache, prompt: list[int]) -> int:
     return 1
 
 
-class SerialRows:
+class SerialCache:
     """Any target behind the small model interface: one cache per row, rows fed one by one.
-    Pinned (`width` W): each row's forward is padded to W tokens, as HFRows pads."""
+    Pinned (`width` W): each row's forward is padded to W tokens, as KVCache pads."""
 
     def __init__(self, target, width: int | None = None):
         self.target, self.width, self.caches, self.fed = target, width, [], 0
@@ -79,27 +79,27 @@ class SerialRows:
             cache.crop(n - self.fed)
 
 
-class RowLayer(DynamicLayer):
-    """One decoder layer of HFRows' cache: K and V buffers [rows, H, capacity, D] written in
-    place. `update` writes each row's new positions at that row's own columns (rows.at) and
-    hands attention the first rows.columns columns: a view, no copy."""
+class KVLayer(DynamicLayer):
+    """One decoder layer of KVCache' cache: K and V buffers [rows, H, capacity, D] written in
+    place. `update` writes each row's new positions at that row's own columns (owner.at) and
+    hands attention the first owner.columns columns: a view, no copy."""
 
-    def __init__(self, rows: HFRows, keys: torch.Tensor, values: torch.Tensor):
+    def __init__(self, owner: KVCache, keys: torch.Tensor, values: torch.Tensor):
         super().__init__()
-        self.rows, self.keys, self.values, self.is_initialized = rows, keys, values, True
+        self.owner, self.keys, self.values, self.is_initialized = owner, keys, values, True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        b, width = key_states.shape[0], self.rows.columns
-        at = self.rows.at.to(key_states.device).expand_as(key_states)  # device_map: auto spreads the layers
+        b, width = key_states.shape[0], self.owner.columns
+        at = self.owner.at.to(key_states.device).expand_as(key_states)  # device_map: auto spreads the layers
         self.keys[:b].scatter_(2, at, key_states)
         self.values[:b].scatter_(2, at, value_states)
         return self.keys[:b, :, :width], self.values[:b, :, :width]
 
     def get_seq_length(self) -> int:
-        return self.rows.columns
+        return self.owner.columns
 
 
-class HFRows:
+class KVCache:
     """An HFLM's rows (see the module doc): add, select, forward [B, S], keep."""
 
     COLUMNS = 64  # free shapes: the buffers' first width; they double when a forward needs more
@@ -120,7 +120,7 @@ class HFRows:
         lm.forward(torch.zeros(1, 1, dtype=torch.long, device=lm.device), probe)  # shapes and dtypes per layer
         first = capacity if width is not None else self.COLUMNS
         self.cache = lm.new_cache()
-        self.cache.layers = [RowLayer(self, *(t.new_zeros(rows, t.shape[1], first, t.shape[3])
+        self.cache.layers = [KVLayer(self, *(t.new_zeros(rows, t.shape[1], first, t.shape[3])
                                               for t in (layer.keys, layer.values))) for layer in probe.layers]
 
     @property
@@ -206,7 +206,7 @@ class HFRows:
 
 
 def unsupported(lm) -> str | None:
-    """Why HFRows cannot hold this transformers model's cache (None: it can)."""
+    """Why KVCache cannot hold this transformers model's cache (None: it can)."""
     attention = lm.config._attn_implementation
     if attention not in ("sdpa", "eager"):
         return f"attention {attention!r} takes no per-row mask here (specdec's KV cache runs sdpa or eager attention)"
@@ -218,24 +218,24 @@ def unsupported(lm) -> str | None:
     return None
 
 
-def rows_for(target, card_name: str = "the target", rows: int = 1, width: int | None = None,
+def cache_for(target, card_name: str = "the target", rows: int = 1, width: int | None = None,
              capacity: int | None = None):
-    """The loop's cache for `target`: HFRows for a transformers model, SerialRows otherwise (and
-    for a transformers model HFRows cannot hold, one request at a time in free shapes: its own
+    """The loop's cache for `target`: KVCache for a transformers model, SerialCache otherwise (and
+    for a transformers model KVCache cannot hold, one request at a time in free shapes: its own
     cache, rolled back with crop). `width` W pins every forward to [rows, W] over `capacity`
     columns (None: free shapes)."""
     from .models import HFLM
 
     if not isinstance(target, HFLM):
-        return SerialRows(target, width)
+        return SerialCache(target, width)
     problem = unsupported(target)
     if problem and rows == 1 and width is None:
-        return SerialRows(target, width)
+        return SerialCache(target, width)
     if problem and rows > 1:
         raise SpecdecError(f"--batch: {card_name}: {problem}; use --batch 1")
     if target.keep_hidden and rows > 1:
         raise SpecdecError("--batch: a features draft reads the target's batch-1 hidden states; use --batch 1")
-    return HFRows(target, card_name, rows, width, capacity)
+    return KVCache(target, card_name, rows, width, capacity)
 
 
 @contextmanager
