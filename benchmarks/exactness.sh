@@ -49,7 +49,7 @@ print(int(get(load_card('$card').draft.kind).draft.batches))")  # 0: a draft tha
       for batch in 1 "$BATCH"; do
         [ "$shapes" = free ] && [ "$batch" != 1 ] && continue  # the contrast at batch 1 is enough
         [ "$batch" != 1 ] && [ "$batches" = 0 ] && continue
-        tag="{\"card\": \"$card\", \"dtype\": \"$dtype\", \"batch\": $batch}"
+        tag="{\"card\": \"$card\", \"dtype\": \"$dtype\", \"batch\": $batch, \"threads\": \"${OMP_NUM_THREADS:-default}\"}"
         set +e
         "$SPECDEC" verify-exactness -c "$card" "${prompts[@]}" --dtype "$dtype" --shapes "$shapes" --bitwise \
             --batch "$batch" -k "$KS" -n "$TOKENS" --json 2> >(tail -1 >&2) \

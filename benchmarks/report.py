@@ -759,7 +759,8 @@ def exactness_section(rows: list[dict]) -> list[str]:
     body = []
     for (card, dtype, shapes, batch), records in groups.items():
         compared = [r for r in records if r.get("bitwise") is not None]
-        body.append([card, dtype, shapes, str(batch), ",".join(map(str, dict.fromkeys(r["k"] for r in records))),
+        threads = ",".join(map(str, dict.fromkeys(r.get("threads", "–") for r in records)))
+        body.append([card, dtype, shapes, str(batch), ",".join(map(str, dict.fromkeys(r["k"] for r in records))), threads,
                      str(len(records)), f"{sum(bool(r['identical']) for r in records)}/{len(records)}",
                      f"{sum(r['bitwise'] is True for r in compared)}/{len(compared)}" if compared else "–",
                      divergences(records), logit_differences(records)])
@@ -770,8 +771,9 @@ def exactness_section(rows: list[dict]) -> list[str]:
             "at one k. `identical`: the speculative tokens equal the target's greedy decode (under pinned shapes, "
             "greedy at the same width k + 1); `bitwise`: the target's logits equal bit for bit at every emitted "
             "position up to the first token divergence. Under pinned shapes any difference is a failure; in free "
-            "shapes a difference is the contrast, what an engine shows without pinning.", "",
-            table(["card", "dtype", "shapes", "batch", "k", "records", "identical", "bitwise-equal logits",
+            "shapes a difference is the contrast, what an engine shows without pinning. `threads`: the run's "
+            "OMP_NUM_THREADS (its own, whatever the machine line says).", "",
+            table(["card", "dtype", "shapes", "batch", "k", "threads", "records", "identical", "bitwise-equal logits",
                    "first token divergences", "logit differences"], body)]
 
 

@@ -149,12 +149,13 @@ def test_llamacpp_text_compared_when_specdec_has_it(kind):
 def test_exactness_pinned_and_free(kind):
     page = report.main(str(kind))
     heading = "## Exactness in bfloat16: pinned vs free shapes"
-    # k, records, identical, bitwise-equal logits, first token divergences, logit differences
-    assert table_row(page, heading, ["smollm2", "bfloat16", "pinned", "1"])[4:] == ["4,8", "2", "2/2", "2/2", "none",
-                                                                                    "none"]
-    assert table_row(page, heading, ["smollm2", "bfloat16", "pinned", "8"])[5:8] == ["2", "2/2", "2/2"]
+    # k, threads (– where a record does not say), records, identical, bitwise-equal logits, first token
+    # divergences, logit differences
+    assert table_row(page, heading, ["smollm2", "bfloat16", "pinned", "1"])[4:] == ["4,8", "–", "2", "2/2", "2/2",
+                                                                                    "none", "none"]
+    assert table_row(page, heading, ["smollm2", "bfloat16", "pinned", "8"])[6:9] == ["2", "2/2", "2/2"]
     free = table_row(page, heading, ["smollm2", "bfloat16", "free", "1"])
-    assert free[5:] == ["2", "1/2", "0/2", "`conv-1` k=4 @17", "first at position 3, largest difference 0.125"]
+    assert free[6:] == ["2", "1/2", "0/2", "`conv-1` k=4 @17", "first at position 3, largest difference 0.125"]
     assert "- Exactness, pinned shapes (bfloat16): **4/4** identical, 4/4 with bitwise-equal logits." in page
 
 
