@@ -206,8 +206,7 @@ FORMS = ("linear", "weight_major", "packed")
 def set_form(switch, n: int, form: str) -> None:
     """Point a [1, n] forward at one form (any other batch-1 width back to F.linear; batched
     rectangles untouched)."""
-    switch.widths = frozenset([n] if form == "weight_major" else [])
-    switch.packed = frozenset(key for key in switch.packed if key[0] > 1) | ({(1, n)} if form == "packed" else set())
+    use_forms(switch, [n] if form == "weight_major" else [], [n] if form == "packed" else [])
 
 
 def use_forms(switch, major: list[int], packed: list[int]) -> None:

@@ -6,8 +6,9 @@ bitwise-exact in any dtype; free: [rows, d+1], the least work; kvcache.py) and `
 float32 target's linear layers compute few-token products:
     measure  the cost profile times each forward shape in every form and keeps the fastest
     off      torch's F.linear everywhere
-    all      W @ xᵀ at every verify width 2..k+1, untimed (an exactness audit of that form)
-    packed   oneDNN's prepacked weights at every batched rectangle, untimed (likewise)
+    all      W @ xᵀ at every width 1..k+1 (the greedy step's too) and every batched [rows, n >= 2],
+             untimed (an exactness audit of that form)
+    packed   oneDNN's prepacked weights at every width and every batched [rows, n >= 2], untimed (likewise)
 The forms: F.linear (x @ Wᵀ), weight-major (W @ xᵀ)ᵀ, which streams the weights once, and
 oneDNN's prepacked weights (what torch.compile's CPU backend runs after freezing). Which wins
 depends on the machine, the shapes and the row count, so nothing is assumed (docs/kernels.md

@@ -19,6 +19,7 @@ a cache per row, rows fed one by one.
 from __future__ import annotations
 
 import copy
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -112,12 +113,11 @@ class KVCache:
         if problem:
             raise SpecdecError(f"{card_name}: {problem}")
         self.attention = lm.config._attn_implementation
-        probe = lm.new_cache()
+        probe = _probe(lm)
         text = lm.config.get_text_config(decoder=True)
         self.window = getattr(text, "sliding_window", None)
         kinds = {type(layer) is DynamicSlidingWindowLayer for layer in probe.layers}
         self.sliding = "mixed" if len(kinds) == 2 else "all" if True in kinds else None  # mixed: a mask per layer type
-        lm.forward(torch.zeros(1, 1, dtype=torch.long, device=lm.device), probe)  # shapes and dtypes per layer
         first = capacity if width is not None else self.COLUMNS
         self.cache = lm.new_cache()
         self.cache.layers = [KVLayer(self, *(t.new_zeros(rows, t.shape[1], first, t.shape[3])
@@ -203,6 +203,20 @@ class KVCache:
     def keep(self, kept: list[int]) -> None:
         """Row i keeps the first kept[i] fed positions (the rest are written over next time)."""
         self.lengths = [n + k for n, k in zip(self.lengths, kept)]
+
+
+_PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _probe(lm):
+    """A cache holding one position, from one 1-token forward: each layer's K/V shape, dtype and
+    device. Made once per model (and again if its dtype or device changes), not once per request."""
+    key = (lm.model.dtype, lm.device)
+    if _PROBES.get(lm, (None,))[0] != key:
+        probe = lm.new_cache()
+        lm.forward(torch.zeros(1, 1, dtype=torch.long, device=lm.device), probe)
+        _PROBES[lm] = (key, probe)
+    return _PROBES[lm][1]
 
 
 def unsupported(lm) -> str | None:
