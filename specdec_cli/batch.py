@@ -71,7 +71,7 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
     KVCache as the loop runs it: the median of `repeats` tries after a warm-up (as
     costs.forward_seconds). With the target's switch (kernels.py), each speculative rectangle
     (n >= 2) is timed in every form it can take and the fastest kept (under
-    SPECDEC_WEIGHT_MAJOR=all every one W @ xᵀ, =packed every one prepacked, untimed); n = 1,
+    matmuls all every one W @ xᵀ, under packed every one prepacked, untimed); n = 1,
     the batched greedy step, stays F.linear. Returns (seconds per n, the n that take W @ xᵀ,
     the n that take the prepacked weights). Prepacked copies not chosen are freed."""
     from .costs import _sync

@@ -8,7 +8,8 @@ float32 target's linear layers compute few-token products:
     off      torch's F.linear everywhere
     all      W @ xᵀ at every width 1..k+1 (the greedy step's too) and every batched [rows, n >= 2],
              untimed (an exactness audit of that form)
-    packed   oneDNN's prepacked weights at every width and every batched [rows, n >= 2], untimed (likewise)
+    packed   oneDNN's prepacked weights for every forward, prefill included, untimed (likewise); the
+             plain weights are then freed (every linear layer's but the LM head's): one copy in memory
 The forms: F.linear (x @ Wᵀ), weight-major (W @ xᵀ)ᵀ, which streams the weights once, and
 oneDNN's prepacked weights (what torch.compile's CPU backend runs after freezing). Which wins
 depends on the machine, the shapes and the row count, so nothing is assumed (docs/kernels.md
@@ -48,6 +49,8 @@ class WeightMajor:
 
     def takes(self, x: torch.Tensor) -> bool:
         """Whether x's forward leaves F.linear (for W @ xᵀ or the prepacked weights)."""
+        if self.mode == "packed":  # every forward, a prefill too: the plain weights are gone (pack_all)
+            return True
         if self.paused:
             return False
         rows, n = key = self.shape(x)
@@ -55,7 +58,7 @@ class WeightMajor:
 
     def form(self, rows: int, n: int) -> str:
         """The form a [rows, n] forward takes: linear (F.linear), weight_major or packed."""
-        if (rows, n) in self.packed:
+        if self.mode == "packed" or (rows, n) in self.packed:
             return "packed"
         return "weight_major" if (n in self.widths if rows == 1 else (rows, n) in self.rectangles) else "linear"
 
@@ -65,8 +68,23 @@ class WeightMajor:
         return self.packs[layer]
 
     def unpack(self) -> None:
-        """Free the prepacked copies (a measurement that did not choose them)."""
-        self.packs.clear()
+        """Free the prepacked copies (a measurement that did not choose them; in packed mode they
+        are the only copies, and stay)."""
+        if self.mode != "packed":
+            self.packs.clear()
+
+    def pack_all(self, model: torch.nn.Module) -> int:
+        """Packed mode: pack every linear layer now and free its plain weight (left as an empty
+        tensor of the same dtype and device), but the LM head's, which a tied embedding or a
+        features draft reads. Returns the bytes freed."""
+        head = model.get_output_embeddings()
+        freed = 0
+        for layer in model.modules():
+            if type(layer) is SwitchedLinear and layer is not head and layer.weight.numel():
+                self.pack(layer)
+                freed += layer.weight.numel() * layer.weight.element_size()
+                layer.weight = torch.nn.Parameter(layer.weight.new_empty(0), requires_grad=False)
+        return freed
 
 
 def can_pack(model: torch.nn.Module) -> bool:
@@ -129,7 +147,7 @@ class ForwardPolicy:
 def _linear(layer: torch.nn.Linear, switch: WeightMajor, x: torch.Tensor) -> torch.Tensor:
     if not switch.takes(x):
         return F.linear(x, layer.weight, layer.bias)
-    if switch.shape(x) in switch.packed:  # x: [rows, n, in] -> [rows, n, out]
+    if switch.form(*switch.shape(x)) == "packed":  # x: [rows, n, in] -> [rows, n, out]
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), switch.pack(layer), layer.bias, "none", [], "")
     rows = x.numel() // x.shape[-1]  # x: [..., in]; rows of the matmul = tokens in this forward (batch included)
     flat = x.reshape(rows, x.shape[-1]).t()  # [in, rows], a view

@@ -286,6 +286,11 @@ def forward_policy(card: Card, target, dtype: torch.dtype) -> kernels.ForwardPol
     switch = None
     if isinstance(target, HFLM) and target.device.type == "cpu" and not card.device_map and card.matmuls != "off":
         switch = target.weight_major = kernels.install(target.model, card.matmuls)  # F.linear until the profile chooses
+        if card.matmuls == "packed":  # every forward prepacked: the plain weights can go (kernels.py)
+            if not kernels.can_pack(target.model):
+                raise SpecdecError(f"{card.path}: decoding.matmuls: packed needs a float32 target and a torch with "
+                                   f"oneDNN (this target is {str(dtype).removeprefix('torch.')}); use measure")
+            switch.pack_all(target.model)
     policy = kernels.ForwardPolicy(shapes, card.matmuls if switch is not None else "off", switch)
     if isinstance(target, HFLM):
         target.policy = policy

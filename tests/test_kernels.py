@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 import torch.nn.functional as F
 
 from specdec_cli import costs, kernels
@@ -230,3 +231,34 @@ def test_an_unknown_matmuls_mode_is_one_error_line(run, write_card):
     r = run("generate", "-c", card, "hello")
     assert r.exit_code == 2
     assert r.stderr.strip() == f"Error: {card}: decoding.matmuls: must be one of measure, off, all, packed, got 'fast'"
+
+
+def test_a_prepacked_only_target_frees_its_plain_weights_and_still_matches_greedy(write_card, one_thread):
+    """matmuls: packed: every forward (prefill too) takes oneDNN's prepacked weights, so the plain
+    copies are freed at load (all but the LM head's, which a tied embedding reads): one copy in
+    memory. Speculative output still equals greedy, and both equal the unpacked target's."""
+    from specdec_cli.cards import load_card
+    from specdec_cli.pair import load_pair
+
+    plain = load_pair(load_card(str(tiny_card(write_card, matmuls="off"))))
+    packed = load_pair(load_card(str(tiny_card(write_card, matmuls="packed"))))
+    layers = [m for m in packed.target.model.modules() if type(m) is kernels.SwitchedLinear]
+    head = packed.target.model.get_output_embeddings()
+    assert len(layers) > 1 and all(m.weight.numel() == 0 for m in layers if m is not head)
+    assert head.weight.numel() and set(layers) - {head} <= set(packed.target.weight_major.packs)
+    before = sum(m.weight.numel() for m in plain.target.model.modules() if isinstance(m, torch.nn.Linear))
+    assert sum(m.weight.numel() for m in layers) < before / 2  # the plain weights are gone
+    prompt = [5, 9, 5, 9, 5, 9, 17, 5, 9]
+    greedy = packed.greedy(prompt, 12)
+    spec = packed.spec(prompt, 3, 12)
+    assert spec.tokens == greedy.tokens and len(greedy.tokens) == 12
+    assert greedy.tokens == plain.greedy(prompt, 12).tokens  # the same model, another rounding of its matmuls
+    assert packed.policy.form(1, 1) == "packed" and packed.policy.form(3, 4) == "packed"
+
+
+def test_packed_refuses_a_target_it_cannot_pack(run, write_card):
+    card = write_card({**yaml.safe_load(tiny_card(write_card, matmuls="packed").read_text()), "dtype": "bfloat16"})
+    r = run("generate", "-c", str(card), "hello")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"Error: {card}: decoding.matmuls: packed needs a float32 target and a torch with "
+                                "oneDNN (this target is bfloat16); use measure")
