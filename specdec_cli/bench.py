@@ -162,7 +162,7 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
             tick(1, f"{where}: {'plain sampling' if sampled else 'greedy'}")
             if pinned and not sampled:
                 free.append(pair.greedy(ids, max_tokens, free=True))
-                tick(0, f"{where}: free-shape greedy")
+                tick(0, f"{where}: {'width-1' if pair.policy.compiled else 'free-shape'} greedy")
             for i, c in enumerate(configs):
                 spec[i].append(pair.spec(ids, c.k, max_tokens, c.draft))
                 tick(1, f"{where}: {c.draft.name} k={c.k}")
@@ -190,7 +190,7 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
                       None if sampled else all(x.tokens == same_as for x in results),
                       c.verify_cost, c.draft_cost, c.simulated, expected, steps, profile.prefill(len(ids) - 1),
                       pair.shapes, pinned_s if free else 0.0, free_s,
-                      pair.policy.form(1, pair.width(pair.card.k) or 1))
+                      pair.policy.form(1, pair.width(pair.card.k) or 1), pair.policy.compiled)
         if peer:
             for mode, mine, theirs in (("greedy", greedy, hf_greedy), ("assisted", ours, hf_assisted)):
                 yield PeerRow("prompt", prompt.id, prompt.category, mode, peer.label if mode == "assisted" else "",

@@ -42,13 +42,15 @@ class BenchRow:
     pinned_greedy_wall_s: float = 0.0  # pinned shapes: greedy at the same width (the exactness reference)...
     free_greedy_wall_s: float = 0.0  # ...and free-shape greedy (what a user would otherwise run); 0: not timed
     greedy_form: str = "linear"  # the matmul form the greedy steps took (kernels.py)
+    compiled: bool = False  # decoding.compile: pinned forwards compiled; the plain greedy is compiled at width 1
 
     @property
     def baseline(self) -> str:
         """Which greedy the speedup is against: the faster of the two when both were timed."""
         if not self.pinned_greedy_wall_s:
             return "greedy"
-        return "pinned greedy" if self.pinned_greedy_wall_s < self.free_greedy_wall_s else "free greedy"
+        plain = "width-1 greedy" if self.compiled else "free greedy"
+        return "pinned greedy" if self.pinned_greedy_wall_s < self.free_greedy_wall_s else plain
 
     @property
     def accept_rate(self) -> float | None:

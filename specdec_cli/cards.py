@@ -117,6 +117,7 @@ class Card:
     seed: int = 0  # sampling: every random draw comes from a generator seeded with this
     shapes: str = "auto"  # pinned: every decode forward [rows, k+1] over a fixed KV buffer (bitwise exact); free
     matmuls: str = "measure"  # the forward policy's matmul forms (kernels.py)
+    compile: bool = False  # torch.compile the pinned decode forward (kernels.py; docs/shapes.md)
     device: str = "auto"
     dtype: str = "auto"
     trust_remote_code: bool = False  # never on unless a card asks for it
@@ -180,7 +181,7 @@ TOP = {"description": _str, "target": _str, "draft": None, "decoding": None, "de
        "device_map": _device_map}
 DECODING = {"k": _int(1, MAX_K), "max_tokens": _int(1, MAX_TOKENS), "chat_template": _chat,
             "temperature": _temperature, "top_k": _int(0, 2**31 - 1), "top_p": _top_p, "seed": _int(0, 2**63 - 1),
-            "shapes": _choice(SHAPES), "matmuls": _choice(MATMULS)}
+            "shapes": _choice(SHAPES), "matmuls": _choice(MATMULS), "compile": _bool}
 SCHEDULE_FIELDS = {"schedule": _choice(SCHEDULES), "adaptive": _bool}  # every kind's (`adaptive`: schedule's old name)
 
 
@@ -307,6 +308,7 @@ def parse_card(text: str, path: Path) -> Card:
     top = {k: v for k, v in raw.items() if k not in ("draft", "decoding", "sources")}
     card = Card(name=path.stem, path=path, draft=draft, sources=sources, **top, **decoding)
     _check_device_map(where, card)
+    _check_compile(where, card)
     return card
 
 
@@ -345,4 +347,19 @@ def override(card: Card, **values) -> Card:
         given["draft"] = replace(card.draft, schedule=given.pop("schedule"))
     card = replace(card, **given)
     _check_device_map("command line", card)
+    _check_compile("command line", card, given)
     return card
+
+
+def _check_compile(where: str, card: Card, given: dict | None = None) -> None:
+    """A compiled forward has one shape (pinned) and inductor chooses its matmuls: compile
+    cannot go with free shapes or a forced matmul form."""
+    if not card.compile:
+        return
+    name = (lambda f: f"--{f}" if given is not None and f in given else f"decoding.{f}")
+    if card.shapes == "free":
+        raise SpecdecError(f"{where}: {name('compile')}: true needs pinned shapes (a compiled forward keeps one "
+                           f"shape), got {name('shapes')}: free; use pinned or auto")
+    if card.matmuls in ("all", "packed"):
+        raise SpecdecError(f"{where}: {name('compile')}: true chooses its own matmuls (inductor prepacks the "
+                           f"weights), got {name('matmuls')}: {card.matmuls}; use measure or off")

@@ -132,6 +132,7 @@ class ForwardPolicy:
     shapes: str  # pinned | free
     matmuls: str  # measure | off | all | packed (a CPU float32 target's forms; "off" elsewhere)
     switch: WeightMajor | None = None  # the forms chosen so far, per forward shape
+    compiled: bool = False  # pinned decode forwards run the torch.compile'd model (compiled below)
 
     def form(self, rows: int, n: int) -> str:
         """The matmul form a [rows, n] forward takes (linear where there is no switch)."""
@@ -141,7 +142,26 @@ class ForwardPolicy:
         s = self.switch
         forms = {} if s is None else {"weight_major": sorted(s.widths), "rectangles_weight_major": sorted(map(list, s.rectangles)),
                                       "packed": sorted(map(list, s.packed))}
-        return {"shapes": self.shapes, "matmuls": self.matmuls, **forms}
+        return {"shapes": self.shapes, "matmuls": self.matmuls, **forms, **({"compile": True} if self.compiled else {})}
+
+
+def compiled(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` through torch.compile for the pinned decode forwards: static shapes (one graph per
+    [rows, W] and KV capacity), inductor with freezing, which folds the weights in as constants
+    and, on a CPU, prepacks them for oneDNN (a second copy of the weights: the eager model keeps
+    serving prefills and cost probes). Compiled on first call, per shape: tens of seconds on a
+    small CPU (docs/kernels.md), so it pays on long runs, not on one short answer. Freezing is set
+    around each call, where (re)compiles happen: torch.compile's `options` did not reach it (the
+    steps ran at the unfrozen speed)."""
+    from torch._inductor import config
+
+    graph = torch.compile(model, dynamic=False)
+
+    def frozen(*args, **kwargs):
+        with config.patch(freezing=True):
+            return graph(*args, **kwargs)
+
+    return frozen
 
 
 def _linear(layer: torch.nn.Linear, switch: WeightMajor, x: torch.Tensor) -> torch.Tensor:

@@ -66,6 +66,9 @@ class SerialCache:
     def select(self, rows: list[int]) -> None:
         self.caches = [self.caches[i] for i in rows]
 
+    def warm(self) -> None:
+        """Nothing to compile here (KVCache.warm)."""
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [B, S] -> logits [B, S, V]; appends S positions (W when pinned) to every row."""
         s = ids.shape[1]
@@ -158,6 +161,18 @@ class KVCache:
         self.lengths.append(n)
         return forwards
 
+    def warm(self) -> None:
+        """Under decoding.compile, run this pinned shape once now (padding only, outputs dropped, the
+        columns written are overwritten later) so that its compile falls before any request's clock
+        starts. A no-op once the target has run the shape, and in free shapes."""
+        key = (self.rows, self.width, self.capacity)
+        if self.width is None or self.lm.compiled is None or key in self.lm.warmed:
+            return
+        lengths, self.lengths = self.lengths, []
+        self.forward(torch.zeros(0, self.width, dtype=torch.long, device=self.lm.device))
+        self.lengths = lengths
+        self.lm.warmed.add(key)
+
     def select(self, rows: list[int]) -> None:
         """Keep these rows, in this order, as rows 0..len(rows)-1."""
         if rows == list(range(len(rows))):  # the first rows stay where they are: nothing to move
@@ -191,7 +206,8 @@ class KVCache:
             window = self._mask(visible & (column > self.at - self.window))
             mask = {"full_attention": mask, "sliding_attention": window} if self.sliding == "mixed" else window
         with _grouped_attention(ids.device.type == "cpu"):
-            logits = self.lm.run(ids, self.cache, start=lengths[0], attention_mask=mask, position_ids=positions)
+            logits = self.lm.run(ids, self.cache, start=lengths[0], pinned=self.width is not None,
+                                 attention_mask=mask, position_ids=positions)
         return logits[:b, :s]
 
     def _mask(self, visible: torch.Tensor) -> torch.Tensor:

@@ -160,9 +160,11 @@ class HFLM:
     keep_hidden = False
     hidden, hidden_ids, hidden_start, version = None, None, 0, 0
     weight_major = None  # a CPU target's kernels.WeightMajor: which widths run W @ xᵀ (the cost profile's)
+    compiled = None  # the model through kernels.compiled (decoding.compile): what pinned decode forwards run
 
     def __init__(self, model, config=None):
         self.model = model.eval()
+        self.warmed: set = set()  # the compiled model's (rows, W, capacity) shapes run so far (KVCache.warm)
         self.config = config or model.config
         # Where input ids go: the embedding's device. Same as model.device on one device; with
         # device_map: auto the layers sit on several devices and this is the first of them.
@@ -184,26 +186,29 @@ class HFLM:
         """ids [1, S] -> logits [S, V] (the last `keep` rows when keep > 0)."""
         return self.run(ids, cache, keep, start=cache.get_seq_length())[0]
 
-    def run(self, ids: torch.Tensor, cache, keep: int = 0, start: int = 0, **inputs) -> torch.Tensor:
+    def run(self, ids: torch.Tensor, cache, keep: int = 0, start: int = 0, pinned: bool = False,
+            **inputs) -> torch.Tensor:
         """ids [B, S] -> logits [B, S, V] through `cache` (`inputs`: the loop's own mask and
-        positions, kvcache.py). A prefill (keep > 0) takes torch's own matmuls, as in generate;
-        with keep_hidden, row 0's final hidden states are kept, `start` the cache length before."""
+        positions, kvcache.py; `pinned`: a pinned decode forward, run compiled when compiled is set).
+        A prefill (keep > 0) takes torch's own matmuls, as in generate; with keep_hidden, row 0's
+        final hidden states are kept, `start` the cache length before."""
         switch = self.weight_major
         if switch is not None and keep:
             switch.paused = True
+        model = self.compiled if pinned and self.compiled is not None else self.model
         try:
-            return self._run(ids, cache, keep, start, inputs)
+            return self._run(model, ids, cache, keep, start, inputs)
         finally:
             if switch is not None:
                 switch.paused = False
 
-    def _run(self, ids: torch.Tensor, cache, keep: int, start: int, inputs: dict) -> torch.Tensor:
+    def _run(self, model, ids: torch.Tensor, cache, keep: int, start: int, inputs: dict) -> torch.Tensor:
         if not self.keep_hidden:
-            return self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
+            return model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
         self.hidden = None  # None unless the hook fires
         hook = self.model.get_decoder().register_forward_hook(self._keep)
         try:
-            logits = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
+            logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
         finally:
             hook.remove()
         self.hidden_ids, self.hidden_start, self.version = ids[0], start, self.version + 1

@@ -103,9 +103,11 @@ class Pair:
     def greedy(self, prompt_ids: list[int], max_tokens: int, k: int | None = None, trace: bool = False,
                free: bool = False) -> Result:
         """The target's own greedy decode: the reference for a speculative run at `k` (pinned
-        shapes: at the same width k + 1; the card's k when not given). `free`: in free shapes
-        whatever the policy (what a user would otherwise run: the honest speed baseline)."""
-        width = None if free else self.width(k or self.card.k)
+        shapes: at the same width k + 1; the card's k when not given). `free`: plain decoding's own
+        shape whatever the policy, what a user would otherwise run, the honest speed baseline: free
+        shapes, or compiled at width 1 under decoding.compile (free shapes would run eager)."""
+        plain = 1 if self.policy.compiled else None
+        width = plain if free else self.width(k or self.card.k)
         result = greedy_decode(self.target, prompt_ids, max_tokens, self.eos, width, trace)
         if not free:
             self.references[tuple(prompt_ids)] = result.tokens
@@ -276,22 +278,28 @@ def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = (), batch: int
 def forward_policy(card: Card, target, dtype: torch.dtype) -> kernels.ForwardPolicy:
     """The shapes and matmul forms the target's forwards take, given to it now (kernels.py).
     Pinned shapes need the KV cache the loop owns (kvcache.py): a target it cannot hold is refused
-    when asked for by name, and runs free shapes under `auto`."""
-    shapes = resolve_shapes(card.shapes, dtype, target.device)
+    when asked for by name, and runs free shapes under `auto`. With decoding.compile the pinned
+    decode forwards run the compiled model (kernels.compiled)."""
+    if card.compile and not (isinstance(target, HFLM) and not unsupported(target)):
+        raise SpecdecError(f"{card.path}: decoding.compile: true needs a transformers target in the KV cache specdec "
+                           f"owns (pinned shapes), got {card.target}")
+    shapes = "pinned" if card.compile else resolve_shapes(card.shapes, dtype, target.device)  # _check_compile: not free
     if shapes == "pinned" and isinstance(target, HFLM) and unsupported(target):
         if card.shapes == "pinned":
             raise SpecdecError(f"{card.path}: decoding.shapes: pinned needs the KV cache specdec owns, but target "
                                f"{card.target}: {unsupported(target)}; use shapes: free")
         shapes = "free"
     switch = None
-    if isinstance(target, HFLM) and target.device.type == "cpu" and not card.device_map and card.matmuls != "off":
+    if card.compile:  # inductor chooses the compiled forward's matmuls; the eager model keeps F.linear
+        target.compiled = kernels.compiled(target.model)
+    elif isinstance(target, HFLM) and target.device.type == "cpu" and not card.device_map and card.matmuls != "off":
         switch = target.weight_major = kernels.install(target.model, card.matmuls)  # F.linear until the profile chooses
         if card.matmuls == "packed":  # every forward prepacked: the plain weights can go (kernels.py)
             if not kernels.can_pack(target.model):
                 raise SpecdecError(f"{card.path}: decoding.matmuls: packed needs a float32 target and a torch with "
                                    f"oneDNN (this target is {str(dtype).removeprefix('torch.')}); use measure")
             switch.pack_all(target.model)
-    policy = kernels.ForwardPolicy(shapes, card.matmuls if switch is not None else "off", switch)
+    policy = kernels.ForwardPolicy(shapes, card.matmuls if switch is not None else "off", switch, card.compile)
     if isinstance(target, HFLM):
         target.policy = policy
     return policy

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from typer.core import TyperCommand
 
 from ..cards import load_card
-from ..cli import MATMULS, SHAPES, BATCH, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS, PROMPTS_FILE, TEMPERATURE, TOP_K, TOP_P, app
+from ..cli import COMPILE, MATMULS, SHAPES, BATCH, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS, PROMPTS_FILE, TEMPERATURE, TOP_K, TOP_P, app
 from ..files import write_text_atomic
 from ..guard import err, friendly, json_out
 from ..plot import sweep_plot
@@ -61,6 +61,7 @@ def bench(
     dtype: Optional[str] = DTYPE,
     shapes: Optional[str] = SHAPES,
     matmuls: Optional[str] = MATMULS,
+    compile: Optional[bool] = COMPILE,
     temperature: Optional[float] = TEMPERATURE,
     top_k: Optional[int] = TOP_K,
     top_p: Optional[float] = TOP_P,
@@ -98,7 +99,7 @@ def bench(
     if vs_transformers:
         peers.check_peer(load_card(card))  # before minutes of loading
     sampled = request.check_card(load_card(card))  # checked before the long load
-    pair = load(card, batch=batch_size, k=k, max_tokens=max_tokens, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, **request.sampling)
+    pair = load(card, batch=batch_size, k=k, max_tokens=max_tokens, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, compile=compile, **request.sampling)
 
     c = pair.card
     peer = peers.transformers_peer(pair, c.k) if vs_transformers else None

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..cli import BATCH, MATMULS, SHAPES, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS, PROMPTS_FILE, SEED, TEMPERATURE, TOP_K, TOP_P, app
+from ..cli import BATCH, COMPILE, MATMULS, SHAPES, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS, PROMPTS_FILE, SEED, TEMPERATURE, TOP_K, TOP_P, app
 from ..errors import SpecdecError
 from ..guard import err, friendly, json_out
 from ..prompts import SUITE
@@ -31,6 +31,7 @@ def verify_exactness(
     dtype: Optional[str] = DTYPE,
     shapes: Optional[str] = SHAPES,
     matmuls: Optional[str] = MATMULS,
+    compile: Optional[bool] = COMPILE,
     temperature: Optional[float] = TEMPERATURE,
     top_k: Optional[int] = TOP_K,
     top_p: Optional[float] = TOP_P,
@@ -70,7 +71,7 @@ def verify_exactness(
                             samples=samples, positions=positions, alpha=alpha, bitwise=bitwise, batch=batch_size)
     items, k_list = request.items(), request.k_list
     json_out.start(as_json, command="verify-exactness", card=card)
-    pair = load(card, drafts=request.specs, batch=batch_size, max_tokens=max_tokens, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls,
+    pair = load(card, drafts=request.specs, batch=batch_size, max_tokens=max_tokens, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, compile=compile,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     draft_list = [build_draft(s, pair) for s in request.specs] or [pair.draft]
     if not pair.sampling.greedy:
