@@ -352,14 +352,10 @@ def override(card: Card, **values) -> Card:
 
 
 def _check_compile(where: str, card: Card, given: dict | None = None) -> None:
-    """A compiled forward has one shape (pinned) and inductor chooses its matmuls: compile
-    cannot go with free shapes or a forced matmul form."""
+    """Inductor chooses a compiled forward's matmuls: compile cannot go with a forced matmul form."""
     if not card.compile:
         return
     name = (lambda f: f"--{f}" if given is not None and f in given else f"decoding.{f}")
-    if card.shapes == "free":
-        raise SpecdecError(f"{where}: {name('compile')}: true needs pinned shapes (a compiled forward keeps one "
-                           f"shape), got {name('shapes')}: free; use pinned or auto")
     if card.matmuls in ("all", "packed"):
         raise SpecdecError(f"{where}: {name('compile')}: true chooses its own matmuls (inductor prepacks the "
                            f"weights), got {name('matmuls')}: {card.matmuls}; use measure or off")

@@ -34,9 +34,9 @@ SHAPES = typer.Option(None, "--shapes", help="pinned: every decode forward is [r
 MATMULS = typer.Option(None, "--matmuls", help="A CPU float32 target's matmul forms: measure (the cost profile keeps the "
                        "fastest per forward shape), off (F.linear), all or packed (every verify in that form: "
                        "exactness audits). Overrides the card.")
-COMPILE = typer.Option(None, "--compile/--no-compile", help="torch.compile the pinned decode forward (inductor, "
-                       "weights frozen): faster steps after a compile of tens of seconds per shape; implies pinned "
-                       "shapes. Overrides the card.")
+COMPILE = typer.Option(None, "--compile/--no-compile", help="torch.compile the decode forwards (inductor, weights "
+                       "frozen): cheaper steps after a compile of tens of seconds per forward shape (free: widths "
+                       "1..k+1; pinned: k+1), done before timing starts. Overrides the card.")
 BATCH = typer.Option(1, "--batch", help="Decode N prompts together (one target forward verifies every row; "
                      "continuous batching over the prompts). 1 = one prompt after another.")
 

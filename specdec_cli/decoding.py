@@ -175,7 +175,7 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
     if getattr(target, "compiled", None) is not None:  # a compiled forward's shape: requests share a few sizes
         capacity = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
     cache = cache_for(target, card_name, batch, width, capacity)
-    cache.warm()  # decoding.compile: a new shape compiles now, before any request's clock starts
+    cache.warm(range(1, k + 2))  # decoding.compile: new shapes compile now, before any request's clock starts
     timed = None if batch > 1 or getattr(target, "replayed", False) else getattr(draft, "observe_verify", None)
     waiting, live = deque(enumerate(prompts)), []
     while waiting or live:

@@ -66,7 +66,7 @@ class SerialCache:
     def select(self, rows: list[int]) -> None:
         self.caches = [self.caches[i] for i in rows]
 
-    def warm(self) -> None:
+    def warm(self, widths) -> None:
         """Nothing to compile here (KVCache.warm)."""
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -112,6 +112,8 @@ class KVCache:
                  capacity: int | None = None):
         self.lm, self.columns, self.lengths = lm, 0, []
         self.width, self.rows = width, rows  # pinned: every forward [rows, width] over `capacity` columns
+        # fixed: every forward over all `capacity` columns (pinned, or a compiled target: a static shape per width)
+        self.fixed = width is not None or lm.compiled is not None
         problem = unsupported(lm)
         if problem:
             raise SpecdecError(f"{card_name}: {problem}")
@@ -121,7 +123,7 @@ class KVCache:
         self.window = getattr(text, "sliding_window", None)
         kinds = {type(layer) is DynamicSlidingWindowLayer for layer in probe.layers}
         self.sliding = "mixed" if len(kinds) == 2 else "all" if True in kinds else None  # mixed: a mask per layer type
-        first = capacity if width is not None else self.COLUMNS
+        first = capacity if self.fixed else self.COLUMNS
         self.cache = lm.new_cache()
         self.cache.layers = [KVLayer(self, *(t.new_zeros(rows, t.shape[1], first, t.shape[3])
                                               for t in (layer.keys, layer.values))) for layer in probe.layers]
@@ -135,7 +137,7 @@ class KVCache:
         have = self.cache.layers[0].keys
         if rows <= have.shape[0] and width <= have.shape[2]:
             return
-        if self.width is not None:  # pinned: one capacity, fixed when the request's size was known
+        if self.fixed:  # one capacity, fixed when the request's size was known
             raise SpecdecError(f"pinned KV buffer of {have.shape[0]} rows x {have.shape[2]} columns is too small "
                                f"for {rows} rows x {width} columns")
         rows, width = max(rows, have.shape[0]), max(width, 2 * have.shape[2])
@@ -161,17 +163,20 @@ class KVCache:
         self.lengths.append(n)
         return forwards
 
-    def warm(self) -> None:
-        """Under decoding.compile, run this pinned shape once now (padding only, outputs dropped, the
-        columns written are overwritten later) so that its compile falls before any request's clock
-        starts. A no-op once the target has run the shape, and in free shapes."""
-        key = (self.rows, self.width, self.capacity)
-        if self.width is None or self.lm.compiled is None or key in self.lm.warmed:
+    def warm(self, widths) -> None:
+        """Under decoding.compile, run each forward shape [rows, n] the loop will take once now
+        (pinned: n = W; free: n in `widths`), padding only: outputs dropped, the columns written
+        are overwritten later. So compiles fall before any request's clock starts. A shape the
+        target has run is skipped; without compile, nothing to do."""
+        if self.lm.compiled is None:
             return
-        lengths, self.lengths = self.lengths, []
-        self.forward(torch.zeros(0, self.width, dtype=torch.long, device=self.lm.device))
-        self.lengths = lengths
-        self.lm.warmed.add(key)
+        for n in [self.width] if self.width is not None else widths:
+            key = (self.rows, n, self.capacity)
+            if key not in self.lm.warmed:
+                lengths, self.lengths = self.lengths, [0] * self.rows
+                self.forward(torch.zeros(self.rows, n, dtype=torch.long, device=self.lm.device))
+                self.lengths = lengths
+                self.lm.warmed.add(key)
 
     def select(self, rows: list[int]) -> None:
         """Keep these rows, in this order, as rows 0..len(rows)-1."""
@@ -196,7 +201,7 @@ class KVCache:
             lengths = lengths + [0] * (self.rows - b)  # rows not live: padding at their own columns
         fed = ids.shape[1]
         positions = to_device(lengths, ids.device)[:, None] + torch.arange(fed, device=ids.device)
-        self.columns = self.capacity if self.width is not None else max(lengths) + fed
+        self.columns = self.capacity if self.fixed else max(lengths) + fed
         self._reserve(len(lengths), max(lengths) + fed)
         self.at = positions[:, None, :, None]  # [B, 1, S, 1]: where each new position is written
         column = torch.arange(self.columns, device=ids.device)
@@ -206,7 +211,7 @@ class KVCache:
             window = self._mask(visible & (column > self.at - self.window))
             mask = {"full_attention": mask, "sliding_attention": window} if self.sliding == "mixed" else window
         with _grouped_attention(ids.device.type == "cpu"):
-            logits = self.lm.run(ids, self.cache, start=lengths[0], pinned=self.width is not None,
+            logits = self.lm.run(ids, self.cache, start=lengths[0], fixed=self.fixed,
                                  attention_mask=mask, position_ids=positions)
         return logits[:b, :s]
 

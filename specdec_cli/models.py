@@ -160,7 +160,7 @@ class HFLM:
     keep_hidden = False
     hidden, hidden_ids, hidden_start, version = None, None, 0, 0
     weight_major = None  # a CPU target's kernels.WeightMajor: which widths run W @ xᵀ (the cost profile's)
-    compiled = None  # the model through kernels.compiled (decoding.compile): what pinned decode forwards run
+    compiled = None  # the model through kernels.compiled (decoding.compile): what the loop's decode forwards run
 
     def __init__(self, model, config=None):
         self.model = model.eval()
@@ -186,16 +186,17 @@ class HFLM:
         """ids [1, S] -> logits [S, V] (the last `keep` rows when keep > 0)."""
         return self.run(ids, cache, keep, start=cache.get_seq_length())[0]
 
-    def run(self, ids: torch.Tensor, cache, keep: int = 0, start: int = 0, pinned: bool = False,
+    def run(self, ids: torch.Tensor, cache, keep: int = 0, start: int = 0, fixed: bool = False,
             **inputs) -> torch.Tensor:
         """ids [B, S] -> logits [B, S, V] through `cache` (`inputs`: the loop's own mask and
-        positions, kvcache.py; `pinned`: a pinned decode forward, run compiled when compiled is set).
+        positions, kvcache.py; `fixed`: a decode forward over a fixed-capacity KV buffer, a static
+        shape, run compiled when compiled is set).
         A prefill (keep > 0) takes torch's own matmuls, as in generate; with keep_hidden, row 0's
         final hidden states are kept, `start` the cache length before."""
         switch = self.weight_major
         if switch is not None and keep:
             switch.paused = True
-        model = self.compiled if pinned and self.compiled is not None else self.model
+        model = self.compiled if fixed and self.compiled is not None else self.model
         try:
             return self._run(model, ids, cache, keep, start, inputs)
         finally:

@@ -103,11 +103,10 @@ class Pair:
     def greedy(self, prompt_ids: list[int], max_tokens: int, k: int | None = None, trace: bool = False,
                free: bool = False) -> Result:
         """The target's own greedy decode: the reference for a speculative run at `k` (pinned
-        shapes: at the same width k + 1; the card's k when not given). `free`: plain decoding's own
-        shape whatever the policy, what a user would otherwise run, the honest speed baseline: free
-        shapes, or compiled at width 1 under decoding.compile (free shapes would run eager)."""
-        plain = 1 if self.policy.compiled else None
-        width = plain if free else self.width(k or self.card.k)
+        shapes: at the same width k + 1; the card's k when not given). `free`: in free shapes
+        whatever the policy (what a user would otherwise run: the honest speed baseline; under
+        decoding.compile, compiled at width 1)."""
+        width = None if free else self.width(k or self.card.k)
         result = greedy_decode(self.target, prompt_ids, max_tokens, self.eos, width, trace)
         if not free:
             self.references[tuple(prompt_ids)] = result.tokens
@@ -279,11 +278,11 @@ def forward_policy(card: Card, target, dtype: torch.dtype) -> kernels.ForwardPol
     """The shapes and matmul forms the target's forwards take, given to it now (kernels.py).
     Pinned shapes need the KV cache the loop owns (kvcache.py): a target it cannot hold is refused
     when asked for by name, and runs free shapes under `auto`. With decoding.compile the pinned
-    decode forwards run the compiled model (kernels.compiled)."""
+    decode forwards run the compiled model (kernels.compiled), over a fixed-capacity KV buffer."""
     if card.compile and not (isinstance(target, HFLM) and not unsupported(target)):
         raise SpecdecError(f"{card.path}: decoding.compile: true needs a transformers target in the KV cache specdec "
                            f"owns (pinned shapes), got {card.target}")
-    shapes = "pinned" if card.compile else resolve_shapes(card.shapes, dtype, target.device)  # _check_compile: not free
+    shapes = resolve_shapes(card.shapes, dtype, target.device)
     if shapes == "pinned" and isinstance(target, HFLM) and unsupported(target):
         if card.shapes == "pinned":
             raise SpecdecError(f"{card.path}: decoding.shapes: pinned needs the KV cache specdec owns, but target "

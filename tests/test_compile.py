@@ -38,17 +38,25 @@ def recording(pair) -> list:
     return seen
 
 
-def test_compiled_speculative_equals_compiled_greedy_bitwise(run, write_card, one_thread):
+def test_compiled_speculative_equals_compiled_greedy_bitwise_when_pinned(run, write_card, one_thread):
     """A real torch.compile (inductor, frozen weights) on a tiny float32 model, widths 2 and 4."""
-    r = run("verify-exactness", "-c", tiny_card(write_card, compile=True), "--bitwise", "--json", "-k", "1,3",
-            "ab cd", "x y z")
+    r = run("verify-exactness", "-c", tiny_card(write_card, compile=True, shapes="pinned"), "--bitwise", "--json",
+            "-k", "1,3", "ab cd", "x y z")
     assert r.exit_code == 0, r.stderr
     checks = parse_json_lines(r.stdout)
     assert len(checks) == 4 and all(c["shapes"] == "pinned" and c["identical"] and c["bitwise"] for c in checks)
 
 
+def test_compiled_free_shapes_equal_greedy(run, write_card, one_thread):
+    """Free shapes, compiled: a graph per width 1..k+1 over a fixed KV capacity (float32 default)."""
+    r = run("generate", "-c", tiny_card(write_card, compile=True), "-m", "both", "--json", "ab cd ab cd ab")
+    assert r.exit_code == 0, r.stderr
+    out = parse_json_lines(r.stdout)[0]
+    assert out["shapes"] == "free" and out["forward_policy"]["compile"] and out["identical"]
+
+
 def test_compile_runs_pinned_decode_forwards_only_each_shape_warmed_once(write_card):
-    pair = load_pair(load_card(str(tiny_card(write_card, compile=True))))
+    pair = load_pair(load_card(str(tiny_card(write_card, compile=True, shapes="pinned"))))
     assert pair.shapes == "pinned" and pair.policy.as_dict() == {"shapes": "pinned", "matmuls": "off", "compile": True}
     assert pair.target.weight_major is None  # inductor chooses the compiled forward's matmuls
     seen = recording(pair)
@@ -64,9 +72,22 @@ def test_compile_runs_pinned_decode_forwards_only_each_shape_warmed_once(write_c
     assert (1, 1, capacity) in seen and len(plain.tokens) == 12
 
 
+def test_compiled_free_shapes_warm_every_width_before_the_clock(write_card):
+    """Free shapes under compile: [1, n] for n = 1..k+1 over a fixed capacity, each warmed once
+    up front (a compile inside a request would be timed), the prefill eager."""
+    pair = load_pair(load_card(str(tiny_card(write_card, compile=True))))
+    assert pair.shapes == "free"
+    seen = recording(pair)
+    spec = pair.spec([5, 9, 5, 9, 17, 5], 3, 12)
+    warmed = {(1, n, CAPACITY_STEP) for n in (1, 2, 3, 4)}
+    assert seen[:4] == sorted(warmed) and pair.target.warmed == warmed
+    assert len(seen) == 4 + spec.stats.target_forwards - 1 and set(seen) <= warmed
+    assert spec.tokens == pair.greedy([5, 9, 5, 9, 17, 5], 12).tokens and len(seen) == 4 + spec.stats.target_forwards - 1 + 12
+
+
 def test_a_compiled_bench_names_the_width_1_greedy_it_beat_or_lost_to(run, write_card, one_thread, monkeypatch):
     monkeypatch.setattr(kernels, "compiled", lambda model: lambda **kwargs: model(**kwargs))  # eager stand-in
-    r = run("bench", "-c", tiny_card(write_card, compile=True), "--prompts-file", "-", "--repeats", "1", "--json",
+    r = run("bench", "-c", tiny_card(write_card, compile=True, shapes="pinned"), "--prompts-file", "-", "--repeats", "1", "--json",
             input='{"id": "a", "prompt": "ab cd ef"}\n')
     assert r.exit_code == 0, r.stderr
     rows = [x for x in parse_json_lines(r.stdout) if x.get("row") == "bench"]
@@ -76,22 +97,18 @@ def test_a_compiled_bench_names_the_width_1_greedy_it_beat_or_lost_to(run, write
 
 
 @pytest.mark.parametrize("where", ["card", "option"])
-@pytest.mark.parametrize("clash", [{"shapes": "free"}, {"matmuls": "packed"}])
-def test_compile_refuses_free_shapes_and_forced_matmuls(run, write_card, where, clash):
-    (field, value), = clash.items()
+@pytest.mark.parametrize("value", ["packed", "all"])
+def test_compile_refuses_a_forced_matmul_form(run, write_card, where, value):
     if where == "card":
-        card, args = tiny_card(write_card, compile=True, **clash), []
-        expected = f"{card}: decoding.compile: true"
-        named = f"decoding.{field}"
+        card, args = tiny_card(write_card, compile=True, matmuls=value), []
+        expected, named = f"{card}: decoding.compile: true", "decoding.matmuls"
     else:
-        card, args = tiny_card(write_card), ["--compile", f"--{field}", value]
-        expected, named = "command line: --compile: true", f"--{field}"
+        card, args = tiny_card(write_card), ["--compile", "--matmuls", value]
+        expected, named = "command line: --compile: true", "--matmuls"
     r = run("generate", "-c", card, *args, "hello")
     assert r.exit_code == 2 and r.stdout == ""
-    reason = ("needs pinned shapes (a compiled forward keeps one shape)" if field == "shapes"
-              else "chooses its own matmuls (inductor prepacks the weights)")
-    fix = "use pinned or auto" if field == "shapes" else "use measure or off"
-    assert r.stderr.strip() == f"Error: {expected} {reason}, got {named}: {value}; {fix}"
+    assert r.stderr.strip() == (f"Error: {expected} chooses its own matmuls (inductor prepacks the weights), "
+                                f"got {named}: {value}; use measure or off")
 
 
 def test_compile_must_be_a_boolean(run, write_card):
@@ -100,12 +117,9 @@ def test_compile_must_be_a_boolean(run, write_card):
     assert r.exit_code == 2 and r.stderr.strip().startswith(f"Error: {card}: decoding.compile: ")
 
 
-def test_warm_is_a_no_op_in_free_shapes(write_card):
+def test_without_compile_nothing_is_warmed_or_compiled(write_card):
     pair = load_pair(load_card(str(tiny_card(write_card))))
-    seen = recording(pair)
+    assert pair.target.compiled is None and "compile" not in pair.policy.as_dict()
     cache = cache_for(pair.target, rows=1, width=None, capacity=64)
-    cache.warm()
-    assert seen == [] and pair.target.warmed == set()
-    with torch.inference_mode():
-        pair.greedy([5, 9, 17], 4, free=True)
-    assert seen == []  # not compiled: free shapes stay eager
+    cache.warm([1, 2])
+    assert pair.target.warmed == set() and cache.capacity == cache.COLUMNS and not cache.fixed
