@@ -25,6 +25,7 @@ from typing import Callable
 import torch
 
 from . import kernels
+from .kvcache import KVCache, capacity_for
 from .files import cache_dir, write_text_atomic
 
 VERSION = 6  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too)
@@ -151,17 +152,12 @@ def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None =
     PROBE_REPEATS, or SLOW_REPEATS once a 1-token forward is seen to take over SLOW_STEP_S.
     A job is (model, width), or (model, width, form) to time that width in that matmul form
     (linear, weight_major or packed; kernels.py). `prefills`, when given, gets each model's prefill seconds (one try)."""
-    caches = {}
+    probes = {}
     for lm, *_ in jobs:
-        if id(lm) not in caches:
-            caches[id(lm)] = lm.new_cache()
-            if len(context) > 1:
-                _sync(lm.device)
-                start = time.perf_counter()
-                lm.forward(torch.tensor([context[:-1]], device=lm.device), caches[id(lm)], keep=1)
-                _sync(lm.device)
-                if prefills is not None:
-                    prefills.append(time.perf_counter() - start)
+        if id(lm) not in probes:
+            probes[id(lm)] = Probe(lm, context, max(job[1] for job in jobs if job[0] is lm))
+            if prefills is not None and len(context) > 1:
+                prefills.append(probes[id(lm)].prefill_s)
     times: list[list[float]] = [[] for _ in jobs]
     tries = 0
     while tries <= (repeats or PROBE_REPEATS):  # try 0 warms the shapes up
@@ -171,13 +167,45 @@ def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None =
             ids = torch.tensor([(context * width)[-width:]], device=lm.device)  # [1, width]
             _sync(lm.device)
             start = time.perf_counter()
-            lm.forward(ids, caches[id(lm)]).argmax(-1).tolist()
+            probes[id(lm)].forward(ids).argmax(-1).tolist()
             out.append(time.perf_counter() - start)
-            caches[id(lm)].crop(-width)
+            probes[id(lm)].rollback(width)
         tries += 1
         if repeats is None and tries > SLOW_REPEATS and min(times[0][1:]) / jobs[0][1] > SLOW_STEP_S:
             break  # a slow model: fewer timed tries (seconds, not minutes)
     return [statistics.median(t[1:]) for t in times]
+
+
+class Probe:
+    """One model's cache for timing forwards after `context` (its prefill timed once, in
+    prefill_s), the way the loop runs that model: transformers' own cache, or, for a compiled
+    target (decoding.compile), the loop's fixed-capacity KVCache with its widths warmed untimed."""
+
+    def __init__(self, lm, context: list[int], widths: int):
+        self.lm, self.compiled = lm, getattr(lm, "compiled", None) is not None
+        if self.compiled:
+            self.cache = KVCache(lm, capacity=capacity_for(lm, len(context) + widths))
+            self.cache.warm(range(1, widths + 1))
+        else:
+            self.cache = lm.new_cache()
+        _sync(lm.device)
+        start = time.perf_counter()
+        if self.compiled:
+            self.cache.add(context)  # context[:-1] prefilled, as the loop adds a prompt
+        elif len(context) > 1:
+            lm.forward(torch.tensor([context[:-1]], device=lm.device), self.cache, keep=1)
+        _sync(lm.device)
+        self.prefill_s = time.perf_counter() - start
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [1, n] -> logits [n, V]."""
+        return self.cache.forward(ids)[0] if self.compiled else self.lm.forward(ids, self.cache)
+
+    def rollback(self, width: int) -> None:
+        if self.compiled:
+            self.cache.keep([0])
+        else:
+            self.cache.crop(-width)
 
 
 def probe_contexts(max_positions: int | None, widths: int) -> list[int]:
@@ -192,6 +220,7 @@ def measure_target(target, widths: int) -> tuple[list[int], list[list[float]], t
     timed too, then every width timed in turn), with the matmul form chosen first for each
     width. Returns (contexts, verify seconds, (weight-major widths, packed widths), prefill seconds)."""
     contexts = probe_contexts(target.max_positions, widths)
+    capacity_for(target, max(contexts) + widths)  # compiled: one capacity for both contexts (one set of graphs)
     forms = choose_forms(target, widths, probe_ids(target, contexts[0]))
     verify, prefills = [], []
     for length in contexts:
@@ -264,6 +293,8 @@ def model_key(target, ref: str, revision: str | None) -> dict:
 
 def matmuls(target) -> str:
     """The target's matmul mode (kernels.ForwardPolicy): what its profile was measured under."""
+    if getattr(target, "compiled", None) is not None:
+        return "compiled"  # decoding.compile: inductor's forms, timed through the compiled forwards
     switch = getattr(target, "weight_major", None)
     return switch.mode if switch is not None else "off"
 

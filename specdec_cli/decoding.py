@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import torch
 
 from .metrics import Round, Stats
-from .kvcache import prefill, cache_for, to_device  # noqa: F401  (prefill: re-exported)
+from .kvcache import prefill, cache_for, capacity_for, to_device  # noqa: F401  (prefill: re-exported)
 
 
 @dataclass
@@ -157,9 +157,6 @@ def round_(cache, live: list[Request], k: int, max_tokens: int, eos: frozenset[i
     cache.keep(kept)
 
 
-CAPACITY_STEP = 256  # under decoding.compile the KV capacity rounds up to a multiple of this
-
-
 @torch.inference_mode()
 def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int, eos: frozenset[int],
                 batch: int = 1, verifier: Callable[[], object] = lambda: GREEDY, card_name: str = "the target",
@@ -171,9 +168,7 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
     [batch, W] (None: free shapes); `prefix`: a cache holding the prompt's prefill, copied
     (many sampling draws of one prompt); `trace` keeps each emitted token's logits row."""
     width = width if width is None else max(width, k + 1)
-    capacity = max(map(len, prompts), default=1) + max_tokens + (width or 0)
-    if getattr(target, "compiled", None) is not None:  # a compiled forward's shape: requests share a few sizes
-        capacity = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
+    capacity = capacity_for(target, max(map(len, prompts), default=1) + max_tokens + (width or 0))
     cache = cache_for(target, card_name, batch, width, capacity)
     cache.warm(range(1, k + 2))  # decoding.compile: new shapes compile now, before any request's clock starts
     timed = None if batch > 1 or getattr(target, "replayed", False) else getattr(draft, "observe_verify", None)

@@ -29,6 +29,17 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from .errors import SpecdecError
 
 PAD = 0  # the id that fills a pinned forward's unused slots (any id will do: its outputs are dropped)
+CAPACITY_STEP = 256  # a compiled target's KV capacities are multiples of this (capacity_for)
+
+
+def capacity_for(lm, columns: int) -> int:
+    """The KV capacity a request needing `columns` gets. A compiled target (decoding.compile) has a
+    graph per capacity, so its capacity is a multiple of CAPACITY_STEP and never shrinks: requests,
+    and the cost profile's probes, share one set of graphs."""
+    if getattr(lm, "compiled", None) is None:
+        return columns
+    lm.capacity = max(lm.capacity, -(-columns // CAPACITY_STEP) * CAPACITY_STEP)
+    return lm.capacity
 
 
 def to_device(values: list, device) -> torch.Tensor:

@@ -165,6 +165,7 @@ class HFLM:
     def __init__(self, model, config=None):
         self.model = model.eval()
         self.warmed: set = set()  # the compiled model's (rows, W, capacity) shapes run so far (KVCache.warm)
+        self.capacity = 0  # the compiled model's KV capacity so far (kvcache.capacity_for)
         self.config = config or model.config
         # Where input ids go: the embedding's device. Same as model.device on one device; with
         # device_map: auto the layers sit on several devices and this is the first of them.

@@ -12,7 +12,7 @@ import yaml
 
 from specdec_cli import kernels
 from specdec_cli.cards import load_card
-from specdec_cli.decoding import CAPACITY_STEP
+from specdec_cli.kvcache import CAPACITY_STEP
 from specdec_cli.kvcache import cache_for
 from specdec_cli.pair import load_pair
 
@@ -22,7 +22,7 @@ from .test_pinned import LLAMA
 
 def tiny_card(write_card, **decoding):
     return write_card({"description": "t", "target": f"random:{LLAMA}", "device": "cpu",
-                       "draft": {"kind": "early-exit", "layers": 2}, "decoding": {"k": 3, "max_tokens": 12, **decoding}})
+                       "draft": {"kind": "early-exit", "layers": 2, "schedule": "fixed"}, "decoding": {"k": 3, "max_tokens": 12, **decoding}})
 
 
 def recording(pair) -> list:
@@ -115,6 +115,22 @@ def test_compile_must_be_a_boolean(run, write_card):
     card = write_card({**yaml.safe_load(tiny_card(write_card).read_text()), "decoding": {"compile": "yes"}})
     r = run("generate", "-c", card, "hello")
     assert r.exit_code == 2 and r.stderr.strip().startswith(f"Error: {card}: decoding.compile: ")
+
+
+def test_the_cost_profile_of_a_compiled_target_times_its_compiled_forwards(write_card):
+    """Keyed apart from the eager profile, timed through the loop's fixed-capacity cache: one
+    capacity for both probe contexts, so the requests after it reuse the same graphs."""
+    from specdec_cli import costs
+
+    pair = load_pair(load_card(str(tiny_card(write_card, compile=True))))
+    seen = recording(pair)
+    profile = pair.cost_profile((), 4)
+    assert profile.key["matmuls"] == "compiled" and costs.matmuls(pair.target) == "compiled"
+    widths = {n for _, n, _ in seen}
+    assert widths == set(range(1, profile.widths + 1)) and len({c for *_, c in seen}) == 1
+    capacity = seen[0][2]
+    pair.spec([5, 9, 5, 9, 17, 5], 3, 12)
+    assert {c for *_, c in seen} == {capacity} and pair.target.capacity == capacity
 
 
 def test_without_compile_nothing_is_warmed_or_compiled(write_card):
