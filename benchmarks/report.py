@@ -208,6 +208,7 @@ def main(directory: str, command: str | None = None, note: str = "") -> str:
     batch_exact, pair_exact = optional(d, "batch-exact.jsonl"), optional(d, "pair-exact.jsonl")
     readme, llamacpp = optional(d, "readme.jsonl"), optional(d, "llamacpp.jsonl")
     exactness, bf16 = optional(d, "exactness.jsonl"), optional(d, "bf16.jsonl")
+    compiled = optional(d, "compile.jsonl")
     spec = bench_rows(bench, "category", "all")
     peers = [r for r in bench if r["row"] == "transformers" and r["scope"] == "all"]
     sweep_all = bench_rows(sweep, "all")
@@ -298,7 +299,7 @@ def main(directory: str, command: str | None = None, note: str = "") -> str:
     out += pair_exact_section(pair_exact)
     out += batch_section(batch, soak) + batch_exact_section(batch_exact)
     out += readme_section(readme) + llamacpp_section(llamacpp, readme, machine, command)
-    out += exactness_section(exactness) + bf16_section(bf16)
+    out += exactness_section(exactness) + bf16_section(bf16) + compile_section(compiled)
     ends = (closing(spec, peers, sweep_all, pairs, distilled, pair) + batch_closing(batch, soak)
             + readme_closing(readme) + pair_suite_closing(pair_suite) + pair_exact_closing(pair_exact)
             + batch_exact_closing(batch_exact) + llamacpp_closing(llamacpp, readme) + exactness_closing(exactness))
@@ -719,6 +720,31 @@ def bf16_section(rows: list[dict]) -> list[str]:
                     f(r["baseline_tokens"] / r["free_greedy_wall_s"] if r.get("free_greedy_wall_s") else None, ".1f"),
                     f(r["tokens_per_s"], ".1f"), f(r["tokens_per_round"]), f(r["speedup"], ".2f", "x"),
                     r.get("baseline", "greedy"), "yes" if r["identical"] else "**NO**"] for r in rows])]
+
+
+def compile_section(rows: list[dict]) -> list[str]:
+    """benchmarks/compile.sh: each workload eager, then with --compile, back to back."""
+    rows = [r for r in rows if r.get("row") == "bench" and r["scope"] == "all" and "workload" in r]
+    if not rows:
+        return []
+    runs: dict[str, dict[bool, dict]] = {}
+    for r in rows:
+        runs.setdefault(r["workload"], {})[bool(r.get("compiled") or r.get("forward_policy", {}).get("compile"))] = r
+    tok_s = (lambda r, key: f(r[key], ".1f") if r else "–")
+    return ["", "## Compiled forwards (`--compile`) against eager ones", "",
+            "`bash benchmarks/compile.sh`: each workload runs eager, then with `--compile` (inductor, frozen weights, "
+            "every width 1..k+1 compiled before the clock starts: docs/kernels.md), back to back in separate "
+            "processes. Greedy and speculative are the same mode's: the compiled speedup is against compiled greedy.",
+            "",
+            table(["workload", "draft", "k", "prompts", "eager greedy tok/s", "eager spec tok/s", "eager speedup",
+                   "compiled greedy tok/s", "compiled spec tok/s", "compiled speedup", "identical"],
+                  [[w, (m.get(True) or m.get(False))["draft"], str((m.get(True) or m.get(False))["k"]),
+                    str((m.get(True) or m.get(False))["prompts"]),
+                    tok_s(m.get(False), "greedy_tokens_per_s"), tok_s(m.get(False), "tokens_per_s"),
+                    f(m[False]["speedup"], ".2f", "x") if False in m else "–",
+                    tok_s(m.get(True), "greedy_tokens_per_s"), tok_s(m.get(True), "tokens_per_s"),
+                    f(m[True]["speedup"], ".2f", "x") if True in m else "–",
+                    "yes" if all(r["identical"] for r in m.values()) else "**NO**"] for w, m in runs.items()])]
 
 
 def exactness_groups(rows: list[dict]) -> dict[tuple, list[dict]]:

@@ -25,6 +25,7 @@
 #   BF16=1 (empty: skip) the card over the suite and DISTILLED_CARD on free text in bfloat16 (pinned
 #   shapes), against the faster of pinned and free-shape greedy
 #   PEERS=llamacpp (unset: skip) llama.cpp on the README's example, into the kind's llamacpp.jsonl
+# Compiled forwards (decoding.compile) against eager ones: benchmarks/compile.sh, run on its own.
 # e.g. on a quiet or GPU machine: LIMIT=3 REPEATS=5 SWEEP_REPEATS=3 bash benchmarks/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

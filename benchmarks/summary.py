@@ -12,13 +12,26 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from report import (UNKNOWN, batch_overall, bench_rows, blas_label, commit_label, exactness_groups, f, load_machine,
-                    optional, overall_row, table)
+from report import (UNKNOWN, batch_overall, bench_rows, blas_label, commit_label, exactness_groups, f, llamacpp_runs,
+                    load_machine, optional, overall_row, table)
 
 
 def speedup(rows: list[dict]) -> str:
     r = overall_row(rows)
     return f(r["speedup"], ".2f", "x") if r else "–"
+
+
+def readme_speeds(d: Path) -> str:
+    """The README example's speculative tok/s: eager (readme.jsonl) · compiled (compile.jsonl) ·
+    llama.cpp's float32 greedy on the same weights (llamacpp.jsonl, prefill included)."""
+    eager = overall_row(optional(d, "readme.jsonl"))
+    compiled = next((r for r in optional(d, "compile.jsonl") if r.get("row") == "bench" and r["scope"] == "all"
+                     and r.get("compiled") and "README" in r.get("workload", "")), None)
+    peer = next((r for r in llamacpp_runs(optional(d, "llamacpp.jsonl")) if r["mode"] == "greedy"
+                 and r["quant"] == "F32" and r["card"] == "smollm2"), None)
+    cells = [f(eager["tokens_per_s"], ".1f") if eager else "–", f(compiled["tokens_per_s"], ".1f") if compiled else "–",
+             f(peer["tokens_per_s_with_prefill"], ".1f") if peer else "–"]
+    return " · ".join(cells) if any(c != "–" for c in cells) else "–"
 
 
 def kind_row(d: Path) -> list[str]:
@@ -34,7 +47,7 @@ def kind_row(d: Path) -> list[str]:
         f"[{m.get('cpu', UNKNOWN)}](results/{d.name}.md)", str(m.get("cores", UNKNOWN)),
         blas_label(m).removeprefix("BLAS "),
         str(m.get("date", UNKNOWN))[:10], commit_label(m),
-        speedup(bench), speedup(optional(d, "readme.jsonl")),
+        speedup(bench), speedup(optional(d, "readme.jsonl")), readme_speeds(d),
         speedup(optional(d, "distilled.jsonl")), speedup(optional(d, "pair.jsonl")),
         f"{f(full['speedup'], '.2f', 'x')} / {f(full['predicted_speedup'], '.2f', 'x')}" if full else "–",
         f"{f(runs[max(runs)]['tokens_per_s'] / runs[1]['tokens_per_s'], '.2f', 'x')} (N = {max(runs)})" if runs else "–",
@@ -54,12 +67,15 @@ def main(results: str = "benchmarks/results") -> str:
         "has the command, the conditions and every table; `–`: not measured on that kind.",
         "",
         table(["CPU", "cores", "torch BLAS", "date", "commit", "default card, suite", "README example",
+               "README example, tok/s: eager · compiled · llama.cpp fp32 greedy",
                "distilled, free text", "Qwen pair, code", "synthetic a = 1.0, k = 4: measured / predicted",
                "batch N vs batch 1, speculative", "exactness, pinned shapes: identical"],
               [kind_row(d) for d in kinds]),
         "",
         "Columns: the run's `CARD` (default `smollm2`) over the suite (`bench.jsonl`); the README's first example "
-        "(`readme.jsonl`); "
+        "(`readme.jsonl`); its speculative tok/s eager, with `--compile` (`compile.jsonl`, "
+        "`benchmarks/compile.sh`) and llama.cpp's float32 greedy on the same weights, prefill included "
+        "(`llamacpp.jsonl`); "
         "`smollm2-distilled` on the free-text categories (`distilled.jsonl`); `qwen2.5-coder-1.5b` on the code "
         "prompts (`pair.jsonl`); the synthetic draft at agreement 1.0 and k = 4, against the cost model's prediction "
         "(`sweep.jsonl`); speculative throughput at `--batch N` over `--batch 1` (`batch.jsonl`); "

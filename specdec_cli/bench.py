@@ -272,5 +272,5 @@ def run_batched(pair: Pair, prompts: list[Prompt], configs: list[Config], max_to
                       s.verify_rounds, s.target_forwards, s.draft_forwards, s.drafted, s.accepted,
                       sum(x.accepted < x.drafted for x in rounds), greedy_s * len(base.tokens) / greedy_tokens,
                       wall * s.tokens / total, len(base.tokens), same, c.verify_cost, c.draft_cost,
-                      c.simulated, expected, steps, shapes=pair.shapes)
+                      c.simulated, expected, steps, shapes=pair.shapes, compiled=pair.policy.compiled)
 

@@ -42,7 +42,7 @@ class BenchRow:
     pinned_greedy_wall_s: float = 0.0  # pinned shapes: greedy at the same width (the exactness reference)...
     free_greedy_wall_s: float = 0.0  # ...and free-shape greedy (what a user would otherwise run); 0: not timed
     greedy_form: str = "linear"  # the matmul form the greedy steps took (kernels.py)
-    compiled: bool = False  # decoding.compile: pinned forwards compiled; the plain greedy is compiled at width 1
+    compiled: bool = False  # decoding.compile: decode forwards compiled (pinned: the plain greedy compiled at width 1)
 
     @property
     def baseline(self) -> str:

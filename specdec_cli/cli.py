@@ -34,7 +34,7 @@ SHAPES = typer.Option(None, "--shapes", help="pinned: every decode forward is [r
 MATMULS = typer.Option(None, "--matmuls", help="A CPU float32 target's matmul forms: measure (the cost profile keeps the "
                        "fastest per forward shape), off (F.linear), all or packed (every verify in that form: "
                        "exactness audits). Overrides the card.")
-COMPILE = typer.Option(None, "--compile/--no-compile", help="torch.compile the decode forwards (inductor, weights "
+COMPILE = typer.Option(None, "--compile/--no-compile", help="Compile the decode forwards with PyTorch's inductor (weights "
                        "frozen): cheaper steps after a compile of tens of seconds per forward shape (free: widths "
                        "1..k+1; pinned: k+1), done before timing starts. Overrides the card.")
 BATCH = typer.Option(1, "--batch", help="Decode N prompts together (one target forward verifies every row; "

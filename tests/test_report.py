@@ -164,7 +164,7 @@ def test_summary_row_from_the_raw_json(kind):
     row = next(line for line in text.splitlines() if line.startswith("| [Test CPU 9000]"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells == ["[Test CPU 9000](results/test-cpu-9000.md)", "4", "mkl, AVX512 kernels", "2026-12-06",
-                     "`abc1234`", "2.00x", "1.60x", "1.50x", "–", "4.00x / 4.40x", "3.00x (N = 8)",
+                     "`abc1234`", "2.00x", "1.60x", "40.0 · – · 50.0", "1.50x", "–", "4.00x / 4.40x", "3.00x (N = 8)",
                      "4/4, bitwise 4/4"]
     assert "bash benchmarks/run.sh" in text and "(results/test-cpu-9000.md)" in text
 
@@ -187,7 +187,7 @@ def test_a_folder_of_exactness_alone(tmp_path):
     (d / "machine.json").write_text(json.dumps(MACHINE))
     write(d / "exactness.jsonl", [exact()])
     assert list(sections(report.main(str(d)))) == ["## Exactness in bfloat16: pinned vs free shapes", "## Closing note"]
-    assert summary.kind_row(d)[5:] == ["–"] * 6 + ["1/1, bitwise 1/1"]
+    assert summary.kind_row(d)[5:] == ["–"] * 7 + ["1/1, bitwise 1/1"]
 
 
 @pytest.mark.parametrize("cpu, expected", [
@@ -216,6 +216,24 @@ def test_the_committed_summary_is_made_from_the_committed_folders():
         assert report.main(str(d)).startswith(f"# specdec benchmark results: {report.load_machine(d)['cpu']}\n")
 
 
-@pytest.mark.parametrize("script", ["benchmarks/run.sh", "benchmarks/exactness.sh"])
+def test_compiled_beside_eager_per_workload(tmp_path):
+    """compile.sh's rows: each workload's eager and compiled runs on one line, each speedup against
+    its own mode's greedy."""
+    d = tmp_path / "test-cpu-9000"
+    d.mkdir()
+    (d / "machine.json").write_text(json.dumps(MACHINE))
+    write(d / "compile.jsonl", [
+        bench(workload="smollm2, README example", scope="prompt"),
+        bench(workload="smollm2, README example", compiled=False, greedy_tokens_per_s=28.2, tokens_per_s=31.7,
+              speedup=1.124),
+        bench(workload="smollm2, README example", compiled=True, greedy_tokens_per_s=30.4, tokens_per_s=33.9,
+              speedup=1.115)])
+    lines = sections(report.main(str(d)))["## Compiled forwards (`--compile`) against eager ones"]
+    rows = [line for line in lines if line.startswith("| smollm2")]
+    assert rows == ["| smollm2, README example | prompt-lookup+cost | 4 | 2 | 28.2 | 31.7 | 1.12x | 30.4 | 33.9 | "
+                    "1.11x | yes |"]
+
+
+@pytest.mark.parametrize("script", ["benchmarks/run.sh", "benchmarks/exactness.sh", "benchmarks/compile.sh"])
 def test_scripts_parse(script):
     subprocess.run(["bash", "-n", str(ROOT / script)], check=True)
