@@ -35,7 +35,8 @@ twice() {  # the same bench eager, then compiled; each row tagged with its workl
     "$SPECDEC" bench "$@" "$flag" --json \
       | "$PYTHON" -c "import json, sys
 for line in sys.stdin:
-    row = json.loads(line); row['workload'] = sys.argv[1]; print(json.dumps(row))" "$workload" >> "$out"
+    row = json.loads(line); row['workload'], row['commit'] = sys.argv[1:]; print(json.dumps(row))" \
+        "$workload" "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (modified)')" >> "$out"
   done
 }
 

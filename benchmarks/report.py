@@ -734,7 +734,9 @@ def compile_section(rows: list[dict]) -> list[str]:
     return ["", "## Compiled forwards (`--compile`) against eager ones", "",
             "`bash benchmarks/compile.sh`: each workload runs eager, then with `--compile` (inductor, frozen weights, "
             "every width 1..k+1 compiled before the clock starts: docs/kernels.md), back to back in separate "
-            "processes. Greedy and speculative are the same mode's: the compiled speedup is against compiled greedy.",
+            "processes. Greedy and speculative are the same mode's: the compiled speedup is against compiled greedy."
+            + (f" Commit measured: `{'`, `'.join(sorted({r['commit'] for r in rows if r.get('commit')}))}`."
+               if any(r.get("commit") for r in rows) else ""),
             "",
             table(["workload", "draft", "k", "prompts", "eager greedy tok/s", "eager spec tok/s", "eager speedup",
                    "compiled greedy tok/s", "compiled spec tok/s", "compiled speedup", "identical"],
