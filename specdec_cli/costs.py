@@ -141,17 +141,14 @@ def _sync(device: torch.device) -> None:
 def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None = None,
                     prefills: list[float] | None = None) -> list[float]:
     """Seconds of one forward of each (model, width) job over `width` tokens after `context`,
-    called the way the loop calls it (argmax + one host sync): the median of the timed tries.
-    Not the fastest: on a shared VM single forwards move by ±30 %, and the min of three let one
-    lucky try set a width's cost (a 1.5B target's v(2) read 0.69 in one profile and 1.02 in the
-    next, and the schedule drafted 1 token where 4 paid); the loop's rounds pay the typical cost,
-    noise included. The jobs take turns, so drift hits them alike. Each model is prefilled once (its jobs share the cache, rolled back after every try):
-    a prefill of a long context is the most expensive part of measuring a large target.
+    called the way the loop calls it (argmax + one host sync): the median of the timed tries, not
+    the fastest, since on a shared VM one lucky try would set a width's cost (docs/cost-model.md).
+    The jobs take turns, so drift hits them alike; each model is prefilled once (Probe).
 
     Tries: one to warm the shapes up, then `repeats` timed ones; with repeats None,
     PROBE_REPEATS, or SLOW_REPEATS once a 1-token forward is seen to take over SLOW_STEP_S.
     A job is (model, width), or (model, width, form) to time that width in that matmul form
-    (linear, weight_major or packed; kernels.py). `prefills`, when given, gets each model's prefill seconds (one try)."""
+    (linear, weight_major or packed; kernels.py). `prefills` gets each model's prefill seconds."""
     probes = {}
     for lm, *_ in jobs:
         if id(lm) not in probes:
