@@ -280,8 +280,8 @@ def forward_policy(card: Card, target, dtype: torch.dtype) -> kernels.ForwardPol
     when asked for by name, and runs free shapes under `auto`. With decoding.compile the pinned
     decode forwards run the compiled model (kernels.compiled), over a fixed-capacity KV buffer."""
     if card.compile and not (isinstance(target, HFLM) and not unsupported(target)):
-        raise SpecdecError(f"{card.path}: decoding.compile: true needs a transformers target in the KV cache specdec "
-                           f"owns (pinned shapes), got {card.target}")
+        raise SpecdecError(f"{card.path}: decoding.compile: true needs a transformers target held in specdec's own "
+                           f"KV cache (a compiled forward's shape is fixed there), got {card.target}")
     shapes = resolve_shapes(card.shapes, dtype, target.device)
     if shapes == "pinned" and isinstance(target, HFLM) and unsupported(target):
         if card.shapes == "pinned":

@@ -139,3 +139,11 @@ def test_without_compile_nothing_is_warmed_or_compiled(write_card):
     cache = cache_for(pair.target, rows=1, width=None, capacity=64)
     cache.warm([1, 2])
     assert pair.target.warmed == set() and cache.capacity == cache.COLUMNS and not cache.fixed
+
+
+def test_compile_needs_a_target_specdecs_cache_holds(run):
+    r = run("generate", "-c", "toy", "--compile", "ba be")
+    assert r.exit_code == 2 and r.stdout == ""
+    path = load_card("toy").path
+    assert r.stderr.strip() == (f"Error: {path}: decoding.compile: true needs a transformers target held in specdec's "
+                                "own KV cache (a compiled forward's shape is fixed there), got toy")
