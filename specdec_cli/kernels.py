@@ -132,7 +132,7 @@ class ForwardPolicy:
     shapes: str  # pinned | free
     matmuls: str  # measure | off | all | packed (a CPU float32 target's forms; "off" elsewhere)
     switch: WeightMajor | None = None  # the forms chosen so far, per forward shape
-    compiled: bool = False  # pinned decode forwards run the torch.compile'd model (compiled below)
+    compiled: bool = False  # decoding.compile: the loop's decode forwards run the compiled model (compiled below)
 
     def form(self, rows: int, n: int) -> str:
         """The matmul form a [rows, n] forward takes (linear where there is no switch)."""
@@ -146,8 +146,8 @@ class ForwardPolicy:
 
 
 def compiled(model: torch.nn.Module) -> torch.nn.Module:
-    """`model` through torch.compile for the pinned decode forwards: static shapes (one graph per
-    [rows, W] and KV capacity), inductor with freezing, which folds the weights in as constants
+    """`model` through torch.compile for the loop's decode forwards: static shapes (a graph per
+    forward shape [rows, n] and KV capacity, kvcache.py), inductor with freezing, which folds the weights in as constants
     and, on a CPU, prepacks them for oneDNN (a second copy of the weights: the eager model keeps
     serving prefills and cost probes). Compiled on first call, per shape: tens of seconds on a
     small CPU (docs/kernels.md), so it pays on long runs, not on one short answer. Freezing is set

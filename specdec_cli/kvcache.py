@@ -12,6 +12,8 @@ Shapes (the forward policy's `shapes`, docs/shapes.md):
           then padding (outputs dropped, cache entries overwritten by the next forward), rows
           that are not live padded too. One shape means the same kernels every time, so a
           position's logits are bitwise the same decoded alone (greedy) or inside a verify.
+Under decoding.compile the buffer's capacity is fixed in free shapes too (`fixed`; capacity_for),
+so each forward width is one static shape for the compiled model (kernels.compiled).
 `SerialCache` serves any other target behind the small model interface (the toy, plan's replay):
 a cache per row, rows fed one by one.
 """
@@ -149,7 +151,7 @@ class KVCache:
         if rows <= have.shape[0] and width <= have.shape[2]:
             return
         if self.fixed:  # one capacity, fixed when the request's size was known
-            raise SpecdecError(f"pinned KV buffer of {have.shape[0]} rows x {have.shape[2]} columns is too small "
+            raise SpecdecError(f"fixed-capacity KV buffer of {have.shape[0]} rows x {have.shape[2]} columns is too small "
                                f"for {rows} rows x {width} columns")
         rows, width = max(rows, have.shape[0]), max(width, 2 * have.shape[2])
         for layer in self.cache.layers:
