@@ -11,7 +11,7 @@ float32 target's linear layers compute few-token products:
     packed   oneDNN's prepacked weights for every forward, prefill included, untimed (likewise); the
              plain weights are then freed (every linear layer's but the LM head's): one copy in memory
 The forms: F.linear (x @ Wᵀ), weight-major (W @ xᵀ)ᵀ, which streams the weights once, and
-oneDNN's prepacked weights (what torch.compile's CPU backend runs after freezing). Which wins
+oneDNN's prepacked weights (one of the packed forms torch.compile's CPU backend can run). Which wins
 depends on the machine, the shapes and the row count, so nothing is assumed (docs/kernels.md
 has the measurements and the commands that made them). Every prefill keeps F.linear. The forms'
 rows differ from F.linear's in the last bits: the fp32 rounding class verify-exactness covers.
@@ -147,12 +147,12 @@ class ForwardPolicy:
 
 def compiled(model: torch.nn.Module) -> torch.nn.Module:
     """`model` through torch.compile for the loop's decode forwards: static shapes (a graph per
-    forward shape [rows, n] and KV capacity, kvcache.py), inductor with freezing, which folds the weights in as constants
-    and, on a CPU, prepacks them for oneDNN (a second copy of the weights: the eager model keeps
-    serving prefills and cost probes). Compiled on first call, per shape: tens of seconds on a
-    small CPU (docs/kernels.md), so it pays on long runs, not on one short answer. Freezing is set
-    around each call, where (re)compiles happen: torch.compile's `options` did not reach it (the
-    steps ran at the unfrozen speed)."""
+    forward shape [rows, n] and KV capacity, kvcache.py), inductor with freezing, which folds the
+    weights in as constants and, on a CPU, prepacks them (float32: MKL's packed GEMM), a second
+    copy of the weights, since the eager model keeps serving prefills and cost probes. Compiled on
+    first call, per shape: tens of seconds on a small CPU (docs/kernels.md), so it pays on long
+    runs, not on one short answer. Freezing is set around each call, where (re)compiles happen:
+    torch.compile's `options` did not reach it (the steps ran at the unfrozen speed)."""
     from torch._inductor import config
 
     graph = torch.compile(model, dynamic=False)
