@@ -18,7 +18,7 @@ import torch
 
 from . import kernels
 from .decoding import GREEDY, NoDraft, Result, decode_rows
-from .kvcache import cache_for
+from .kvcache import cache_for, capacity_for
 from .schedule import Cost, Probes, Scheduled, batch_length
 
 MAX_BATCH = 256
@@ -81,7 +81,8 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
     forced = {"all": "major", "packed": "packed"}.get(switch.mode if switch is not None else "off")
     forms = {n: ("linear",) if switch is None or n == 1 else (forced,) if forced else offered
              for n in range(1, widths + 1)}
-    cache = cache_for(target, rows=rows)
+    cache = cache_for(target, rows=rows, capacity=capacity_for(target, len(context) + widths))  # compiled: fixed
+    cache.warm(range(1, widths + 1))  # decoding.compile: each [rows, n] compiles before it is timed
     for _ in range(rows):
         cache.add(context)
     times = {(n, form): [] for n in forms for form in forms[n]}

@@ -147,3 +147,16 @@ def test_compile_needs_a_target_specdecs_cache_holds(run):
     path = load_card("toy").path
     assert r.stderr.strip() == (f"Error: {path}: decoding.compile: true needs a transformers target held in specdec's "
                                 "own KV cache (a compiled forward's shape is fixed there), got toy")
+
+
+def test_a_compiled_batch_times_its_rectangles_at_a_fixed_capacity(run, write_card, one_thread, monkeypatch):
+    """--batch with the cost schedule times [rows, n] through the loop's cache: under compile it
+    needs the fixed capacity every compiled forward has (it crashed without one)."""
+    monkeypatch.setattr(kernels, "compiled", lambda model: lambda **kwargs: model(**kwargs))  # eager stand-in
+    card = write_card({"description": "t", "target": f"random:{LLAMA}", "device": "cpu",
+                       "draft": {"kind": "prompt-lookup"}, "decoding": {"k": 3, "max_tokens": 12, "compile": True}})
+    r = run("generate", "-c", card, "--batch", "2", "--json", "--prompts-file", "-",
+            input='{"prompt": "ab ab ab"}\n{"prompt": "cd cd"}\n')
+    assert r.exit_code == 0, r.stderr
+    rows = parse_json_lines(r.stdout)
+    assert [x["identical"] for x in rows if "id" in x] == [True, True] and rows[-1]["summary"]["differ"] == 0
