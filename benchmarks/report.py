@@ -729,8 +729,17 @@ def compile_section(rows: list[dict]) -> list[str]:
         return []
     runs: dict[str, dict[bool, dict]] = {}
     for r in rows:
-        runs.setdefault(r["workload"], {})[bool(r.get("compiled") or r.get("forward_policy", {}).get("compile"))] = r
-    tok_s = (lambda r, key: f(r[key], ".1f") if r else "–")
+        runs.setdefault(r["workload"], {})[bool(r.get("compiled"))] = r
+
+    def line(workload: str, m: dict[bool, dict]) -> list[str]:
+        first = m.get(True) or m[False]
+        cells = [workload, first["draft"], str(first["k"]), str(first["prompts"])]
+        for mode in (False, True):
+            r = m.get(mode)
+            cells += [f(r["greedy_tokens_per_s"], ".1f"), f(r["tokens_per_s"], ".1f"), f(r["speedup"], ".2f", "x")] if r \
+                else ["–"] * 3
+        return cells + ["yes" if all(r["identical"] for r in m.values()) else "**NO**"]
+
     return ["", "## Compiled forwards (`--compile`) against eager ones", "",
             "`bash benchmarks/compile.sh`: each workload runs eager, then with `--compile` (inductor, frozen weights, "
             "every width 1..k+1 compiled before the clock starts: docs/kernels.md), back to back in separate "
@@ -740,13 +749,7 @@ def compile_section(rows: list[dict]) -> list[str]:
             "",
             table(["workload", "draft", "k", "prompts", "eager greedy tok/s", "eager spec tok/s", "eager speedup",
                    "compiled greedy tok/s", "compiled spec tok/s", "compiled speedup", "identical"],
-                  [[w, (m.get(True) or m.get(False))["draft"], str((m.get(True) or m.get(False))["k"]),
-                    str((m.get(True) or m.get(False))["prompts"]),
-                    tok_s(m.get(False), "greedy_tokens_per_s"), tok_s(m.get(False), "tokens_per_s"),
-                    f(m[False]["speedup"], ".2f", "x") if False in m else "–",
-                    tok_s(m.get(True), "greedy_tokens_per_s"), tok_s(m.get(True), "tokens_per_s"),
-                    f(m[True]["speedup"], ".2f", "x") if True in m else "–",
-                    "yes" if all(r["identical"] for r in m.values()) else "**NO**"] for w, m in runs.items()])]
+                  [line(w, m) for w, m in runs.items()])]
 
 
 def exactness_groups(rows: list[dict]) -> dict[tuple, list[dict]]:

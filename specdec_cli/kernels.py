@@ -73,18 +73,15 @@ class WeightMajor:
         if self.mode != "packed":
             self.packs.clear()
 
-    def pack_all(self, model: torch.nn.Module) -> int:
+    def pack_all(self, model: torch.nn.Module) -> None:
         """Packed mode: pack every linear layer now and free its plain weight (left as an empty
         tensor of the same dtype and device), but the LM head's, which a tied embedding or a
-        features draft reads. Returns the bytes freed."""
+        features draft reads."""
         head = model.get_output_embeddings()
-        freed = 0
         for layer in model.modules():
             if type(layer) is SwitchedLinear and layer is not head and layer.weight.numel():
                 self.pack(layer)
-                freed += layer.weight.numel() * layer.weight.element_size()
                 layer.weight = torch.nn.Parameter(layer.weight.new_empty(0), requires_grad=False)
-        return freed
 
 
 def can_pack(model: torch.nn.Module) -> bool:
