@@ -44,11 +44,7 @@ twice "$CARD, built-in suite" --card "$CARD" --limit "$LIMIT" --max-tokens "$MAX
 echo '{"id": "readme", "prompt": "Explain what a hash table is."}' > "$B/readme-prompt.jsonl"
 twice "$CARD, README example" --card "$CARD" --prompts-file "$B/readme-prompt.jsonl" --repeats "$README_REPEATS"
 if [ -n "$DISTILLED_CARD" ]; then
-  "$PYTHON" -c "import json, sys; from specdec_cli.prompts import SUITE; n = int(sys.argv[1]); seen = {}
-for p in SUITE:
-    if p.category in ('conversation', 'qa', 'translation', 'code') and seen.get(p.category, 0) < n:
-        seen[p.category] = seen.get(p.category, 0) + 1; print(json.dumps({'id': p.id, 'prompt': p.text, 'category': p.category}))" \
-      "$LIMIT" > "$B/free-text-prompts.jsonl"
+  "$PYTHON" benchmarks/suite_prompts.py "$LIMIT" conversation,qa,translation,code > "$B/free-text-prompts.jsonl"
   twice "$DISTILLED_CARD, free text" --card "$DISTILLED_CARD" --prompts-file "$B/free-text-prompts.jsonl" \
       --max-tokens "$MAX_TOKENS" --repeats "$REPEATS"
 fi

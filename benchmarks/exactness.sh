@@ -32,12 +32,7 @@ out="$B/exactness.jsonl.tmp"
 if [ -z "${APPEND:-}" ]; then : > "$out"
 elif [ ! -f "$out" ] && [ -f "$B/exactness.jsonl" ]; then cp "$B/exactness.jsonl" "$out"  # APPEND=1: add to the records
 fi
-"$PYTHON" -c "import json, sys; from specdec_cli.prompts import SUITE
-seen = {}
-for p in SUITE:
-    if seen.get(p.category, 0) < int(sys.argv[1]):
-        seen[p.category] = seen.get(p.category, 0) + 1; print(json.dumps({'id': p.id, 'prompt': p.text}))" "$LIMIT" \
-    > "$B/exactness-prompts.jsonl"
+"$PYTHON" benchmarks/suite_prompts.py "$LIMIT" > "$B/exactness-prompts.jsonl"
 SUITE_CARD=${SUITE_CARD:-${CARDS%% *}}
 for card in $CARDS; do
   prompts=()  # SUITE_CARD (the first card): the whole built-in suite; the others: LIMIT per category

@@ -82,11 +82,7 @@ CARD_K=$("$PYTHON" -c "from specdec_cli.cards import load_card; print(load_card(
     --plot "$B/agreement-sweep.png" --json --csv "$B/sweep.csv" > "$B/sweep.jsonl.tmp"
 # 3. extra cards on the categories they are for: their prompts come from the built-in suite
 suite() {  # the first N prompts (all if N is empty) of the given categories, as JSON lines
-  "$PYTHON" -c "import json, sys; from specdec_cli.prompts import SUITE; n = int(sys.argv[1]) if sys.argv[1] else None
-cats = sys.argv[2].split(','); seen = {}
-for p in SUITE:
-    if p.category in cats and (n is None or seen.get(p.category, 0) < n):
-        seen[p.category] = seen.get(p.category, 0) + 1; print(json.dumps({'id': p.id, 'prompt': p.text, 'category': p.category}))" "$1" "$2"
+  "$PYTHON" benchmarks/suite_prompts.py "$1" "$2"
 }
 rm -f "$B/distilled.jsonl.tmp" "$B/pair.jsonl.tmp" "$B/pair-suite.jsonl.tmp"
 if [ -n "$DISTILLED_CARD" ]; then

@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import report  # noqa: E402
+import suite_prompts  # noqa: E402
 import summary  # noqa: E402
 
 MACHINE = {"cpu": "Test CPU 9000", "vendor": "GenuineTest", "cores": 4, "threads_per_core": 1, "torch": "2.13.0+cpu",
@@ -232,6 +233,20 @@ def test_compiled_beside_eager_per_workload(tmp_path):
     rows = [line for line in lines if line.startswith("| smollm2")]
     assert rows == ["| smollm2, README example | prompt-lookup+cost | 4 | 2 | 28.2 | 31.7 | 1.12x | 30.4 | 33.9 | "
                     "1.11x | yes |"]
+
+
+def test_suite_prompts_first_n_of_the_chosen_categories():
+    from specdec_cli.prompts import SUITE
+
+    two = [json.loads(line) for line in suite_prompts.lines(2, {"qa", "code"})]
+    assert sorted(r["category"] for r in two) == ["code", "code", "qa", "qa"]
+    order = [p.id for p in SUITE]
+    assert [r["id"] for r in two] == sorted((r["id"] for r in two), key=order.index)  # the suite's order
+    for category in ("qa", "code"):
+        assert [r["id"] for r in two if r["category"] == category] == [p.id for p in SUITE if p.category == category][:2]
+    assert len(suite_prompts.lines(None)) == len(SUITE)
+    assert {json.loads(line)["category"] for line in suite_prompts.lines(1)} == {p.category for p in SUITE}
+    assert len(suite_prompts.lines(1)) == len({p.category for p in SUITE})
 
 
 @pytest.mark.parametrize("script", ["benchmarks/run.sh", "benchmarks/exactness.sh", "benchmarks/compile.sh"])
