@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from specdec_cli.cards import load_card
-from specdec_cli.kvcache import cache_for
-from specdec_cli.pair import load_pair
+from specdec_cli.cards.card import load_card
+from specdec_cli.engine.kvcache import cache_for
+from specdec_cli.pair.loading import load_pair
 
 
 def step_ms(cache, n: int, tries: int = 30) -> float:

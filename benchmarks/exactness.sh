@@ -37,7 +37,7 @@ SUITE_CARD=${SUITE_CARD:-${CARDS%% *}}
 for card in $CARDS; do
   prompts=()  # SUITE_CARD (the first card): the whole built-in suite; the others: LIMIT per category
   [ "$card" = "$SUITE_CARD" ] || prompts=(--prompts-file "$B/exactness-prompts.jsonl")
-  batches=$("$PYTHON" -c "from specdec_cli.cards import load_card; from specdec_cli.kinds import get
+  batches=$("$PYTHON" -c "from specdec_cli.cards.card import load_card; from specdec_cli.drafts.registry import get
 print(int(get(load_card('$card').draft.kind).draft.batches))")  # 0: a draft that decodes one row at a time
   for dtype in $DTYPES; do
     for shapes in pinned $([ "$FREE" = 1 ] && echo free); do

@@ -69,8 +69,8 @@ common=(--card "$CARD" --limit "$LIMIT" --max-tokens "$MAX_TOKENS")
 #    k + 1); every later section reads that one profile from the cache, so plan's predictions,
 #    bench's and the schedule's choices all price rounds alike (a section that needed a wider
 #    profile would measure a second one, and two measurements minutes apart differ by tens of %)
-AGREES=$("$PYTHON" -c "from specdec_cli.cli import AGREE_SWEEP; print(' '.join(f'-d synthetic:agree={a}' for a in AGREE_SWEEP.split(',')))")
-CARD_K=$("$PYTHON" -c "from specdec_cli.cards import load_card; print(load_card('$CARD').k)")
+AGREES=$("$PYTHON" -c "from specdec_cli.cli.requests import AGREE_SWEEP; print(' '.join(f'-d synthetic:agree={a}' for a in AGREE_SWEEP.split(',')))")
+CARD_K=$("$PYTHON" -c "from specdec_cli.cards.card import load_card; print(load_card('$CARD').k)")
 "$SPECDEC" plan "${common[@]}" -k "$SWEEP_KS,$CARD_K" --remeasure --json > "$B/plan.jsonl.tmp"
 # shellcheck disable=SC2086
 "$SPECDEC" plan "${common[@]}" -k "$SWEEP_KS" $AGREES --json >> "$B/plan.jsonl.tmp"
@@ -90,7 +90,7 @@ if [ -n "$DISTILLED_CARD" ]; then
   "$SPECDEC" bench --card "$DISTILLED_CARD" --prompts-file "$B/free-text-prompts.jsonl" --max-tokens "$MAX_TOKENS" \
       --repeats "$REPEATS" --json > "$B/distilled.jsonl.tmp"
 fi
-if [ -n "$PAIR_CARD" ] && "$PYTHON" -c "from specdec_cli.cards import load_card; from specdec_cli.pair import check_before_load
+if [ -n "$PAIR_CARD" ] && "$PYTHON" -c "from specdec_cli.cards.card import load_card; from specdec_cli.pair.loading import check_before_load
 check_before_load(load_card('$PAIR_CARD'))" 2>/dev/null; then  # its files are fetched
   suite "" code > "$B/code-prompts.jsonl"
   "$SPECDEC" bench --card "$PAIR_CARD" --prompts-file "$B/code-prompts.jsonl" --max-tokens "$PAIR_MAX_TOKENS" \
@@ -115,7 +115,7 @@ if [ -n "$BATCH" ]; then
   done
   "$SPECDEC" bench --card "$CARD" --max-tokens "$MAX_TOKENS" --repeats 1 --batch "$BATCH" --k-sweep "$BATCH_KS" \
       --json > "$B/batch-exact.jsonl.tmp"
-  "$PYTHON" -c "import json, sys; from specdec_cli.prompts import SUITE
+  "$PYTHON" -c "import json, sys; from specdec_cli.cards.prompts import SUITE
 for i in range(int(sys.argv[1])):
     p = SUITE[i % len(SUITE)]; print(json.dumps({'id': f'soak-{i}', 'prompt': f'Request {i}. {p.text}'}))" \
       "$SOAK_PROMPTS" > "$B/soak-prompts.jsonl"
@@ -147,8 +147,8 @@ for f in distilled pair pair-suite batch batch-exact soak readme bf16; do if [ -
 #    (benchmarks/peers/llamacpp.sh says how, and its knobs)
 peers_rc=0  # a failure here still lets the page below be written, then ends the script with it
 if [ "$PEERS" = llamacpp ]; then
-  readme_card=$("$PYTHON" -c "from specdec_cli.cli import DEFAULT_CARD; print(DEFAULT_CARD)")
-  readme_tokens=$("$PYTHON" -c "from specdec_cli.cards import load_card; print(load_card('$readme_card').max_tokens)")
+  readme_card=$("$PYTHON" -c "from specdec_cli.cli.options import DEFAULT_CARD; print(DEFAULT_CARD)")
+  readme_tokens=$("$PYTHON" -c "from specdec_cli.cards.card import load_card; print(load_card('$readme_card').max_tokens)")
   CARD=$readme_card PAIR_CARD=$PAIR_CARD bash benchmarks/peers/llamacpp.sh --prompts-file "$B/readme-prompt.jsonl" \
       --max-tokens "$readme_tokens" "$B/llamacpp.jsonl" || peers_rc=$?
 fi

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from specdec_cli.prompts import SUITE, first_per_category
+from specdec_cli.cards.prompts import SUITE, first_per_category
 
 
 def lines(limit: int | None, categories: set[str] | None = None) -> list[str]:

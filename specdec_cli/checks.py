@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from .errors import SpecdecError
+from specdec_cli.errors import SpecdecError
 
 Checker = Callable[[object], "str | None"]
 

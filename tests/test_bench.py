@@ -10,12 +10,13 @@ import math
 
 import pytest
 
-from specdec_cli import bench, benchrows, costs
-from specdec_cli.cards import DraftSpec, load_card
-from specdec_cli.metrics import expected_speedup, expected_tokens_per_round
-from specdec_cli.pair import build_draft, load_pair
-from specdec_cli.peers import hf_generate, transformers_peer
-from specdec_cli.prompts import SUITE, Prompt
+from specdec_cli.eval import bench, benchrows
+from specdec_cli.engine import costs
+from specdec_cli.cards.card import DraftSpec, load_card
+from specdec_cli.loop.metrics import expected_speedup, expected_tokens_per_round
+from specdec_cli.pair.loading import build_draft, load_pair
+from specdec_cli.eval.peers import hf_generate, transformers_peer
+from specdec_cli.cards.prompts import SUITE, Prompt
 
 from .conftest import parse_json_lines
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from specdec_cli.cards import load_card
-from specdec_cli.pair import load_pair
-from specdec_cli.prompts import SUITE
+from specdec_cli.cards.card import load_card
+from specdec_cli.pair.loading import load_pair
+from specdec_cli.cards.prompts import SUITE
 
 from .conftest import parse_json_lines, toy_card_dict
 
@@ -72,7 +72,7 @@ def test_prompts_file_jsonl_and_stdin(run, tmp_path):
 
 def test_generate_exit_1_when_outputs_differ(run, monkeypatch):
     """A broken loop must be caught: make the speculative path emit a wrong token."""
-    import specdec_cli.pair as pair_mod
+    import specdec_cli.pair.loading as pair_mod
 
     real = pair_mod.Pair.spec
 
@@ -124,7 +124,7 @@ def test_verify_exactness_builtin_suite_table(run):
 
 
 def test_verify_exactness_reports_divergence(run, monkeypatch):
-    import specdec_cli.pair as pair_mod
+    import specdec_cli.pair.loading as pair_mod
 
     real = pair_mod.Pair.spec
 
@@ -164,7 +164,7 @@ def test_draft_revision_is_the_drafts_own(write_card, monkeypatch):
     """A model draft loads at its own `draft.revision`; the card's `revision` is the target's."""
     from pathlib import Path
 
-    import specdec_cli.pair as pair_mod
+    import specdec_cli.pair.loading as pair_mod
 
     tiny = str(Path(__file__).resolve().parents[1] / "cards/configs/tiny-llama.json")
     real, seen = pair_mod.load, []
@@ -184,9 +184,9 @@ def test_draft_revision_is_the_drafts_own(write_card, monkeypatch):
 def test_a_draft_that_reads_the_greedy_reference_gets_it_whatever_its_name():
     """`generate --mode spec` runs greedy first for a draft with `needs_reference` (the synthetic
     draft), also inside a wrapper: a property of the draft, not a prefix of its name."""
-    from specdec_cli.bench import SimulatedCost
+    from specdec_cli.eval.bench import SimulatedCost
     from specdec_cli.drafts import SyntheticDraft
-    from specdec_cli.generation import generate
+    from specdec_cli.pair.generation import generate
 
     from .toys import reference
 
@@ -200,9 +200,10 @@ def test_a_draft_that_reads_the_greedy_reference_gets_it_whatever_its_name():
         assert out.spec.stats.accept_rate == 1.0
 
 
-@pytest.mark.parametrize("module", ["specdec_cli.cli", "specdec_cli.requests"] + [
-    f"specdec_cli.commands.{m}" for m in ("common", "generate", "verify_exactness", "bench", "plan", "fetch", "export",
-                                          "distill", "cards")])
+@pytest.mark.parametrize("module", ["specdec_cli.cli", "specdec_cli.cli.app", "specdec_cli.cli.options",
+                                    "specdec_cli.cli.requests", "specdec_cli.cli.commands.common"] + [
+    f"specdec_cli.cli.commands.{m}_cmd" for m in ("generate", "verify_exactness", "bench", "plan", "fetch", "export",
+                                                  "distill", "cards")])
 def test_cli_has_no_torch_code(module):
     import importlib
     import inspect
@@ -213,11 +214,11 @@ def test_cli_has_no_torch_code(module):
 
 def test_starting_the_cli_and_reading_cards_loads_no_torch():
     """`specdec --help`, `specdec cards` and card validation need no torch: the draft kinds are
-    declared without it (kinds/), and a kind imports its draft class only to build one."""
+    declared without it (drafts/*_kind.py), and a kind imports its draft class only to build one."""
     import subprocess
     import sys
 
-    code = ("import sys, specdec_cli.cli; from specdec_cli.cards import builtin_names, load_card; "
+    code = ("import sys, specdec_cli.cli; from specdec_cli.cards.card import builtin_names, load_card; "
             "[load_card(n) for n in builtin_names()]; "
             "print(sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -10,11 +10,11 @@ import pytest
 import torch
 import yaml
 
-from specdec_cli import kernels
-from specdec_cli.cards import load_card
-from specdec_cli.kvcache import CAPACITY_STEP
-from specdec_cli.kvcache import cache_for
-from specdec_cli.pair import load_pair
+from specdec_cli.engine import kernels
+from specdec_cli.cards.card import load_card
+from specdec_cli.engine.kvcache import CAPACITY_STEP
+from specdec_cli.engine.kvcache import cache_for
+from specdec_cli.pair.loading import load_pair
 
 from .conftest import parse_json_lines
 from .test_pinned import LLAMA
@@ -120,7 +120,7 @@ def test_compile_must_be_a_boolean(run, write_card):
 def test_the_cost_profile_of_a_compiled_target_times_its_compiled_forwards(write_card):
     """Keyed apart from the eager profile, timed through the loop's fixed-capacity cache: one
     capacity for both probe contexts, so the requests after it reuse the same graphs."""
-    from specdec_cli import costs
+    from specdec_cli.engine import costs
 
     pair = load_pair(load_card(str(tiny_card(write_card, compile=True))))
     seen = recording(pair)

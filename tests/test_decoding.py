@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_cli.decoding import greedy_decode, speculative_decode, stop
+from specdec_cli.loop.decoding import greedy_decode, speculative_decode, stop
 from specdec_cli.drafts import ModelDraft, OracleDraft, PromptLookupDraft
-from specdec_cli.schedule import AdaptiveK
-from specdec_cli.models import HFLM, early_exit, load, parse_ref
-from specdec_cli.toy import ToyLM
+from specdec_cli.loop.schedule import AdaptiveK
+from specdec_cli.engine.models import HFLM, early_exit, load, parse_ref
+from specdec_cli.engine.toy_model import ToyLM
 
 from .conftest import DATA, transformers_greedy
 from .toys import reference  # greedy with no cache and no rollback

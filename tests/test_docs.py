@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from specdec_cli.cards import load_card
+from specdec_cli.cards.card import load_card
 from specdec_cli.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent

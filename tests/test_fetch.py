@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specdec_cli import fetch as fetch_mod
-from specdec_cli.cards import load_card
+from specdec_cli.cards import fetch as fetch_mod
+from specdec_cli.cards.card import load_card
 from specdec_cli.files import cache_dir
 
 GGUF = b"GGUF" + bytes(60)  # a file's first bytes; the rest is per-part filler
@@ -221,7 +221,7 @@ def test_bad_sources_block(run, write_card, sources, message):
 
 def test_using_a_card_before_fetching_names_the_command(run, monkeypatch):
     """Before any model load (loading is made an error here to prove it)."""
-    from specdec_cli import models
+    from specdec_cli.engine import models
 
     monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("loaded a model"))
     line = error_only(run("generate", "-c", "qwen2.5-coder-1.5b", "hi"))

@@ -12,11 +12,11 @@ import json
 import pytest
 import torch
 
-from specdec_cli.decoding import greedy_decode, speculative_decode
+from specdec_cli.loop.decoding import greedy_decode, speculative_decode
 from specdec_cli.drafts import ModelDraft, PromptLookupDraft
-from specdec_cli.models import early_exit, load, parse_ref
-from specdec_cli.pair import Pair
-from specdec_cli.verify import first_divergence
+from specdec_cli.engine.models import early_exit, load, parse_ref
+from specdec_cli.pair.loading import Pair
+from specdec_cli.eval.verify import first_divergence
 
 from .conftest import DATA
 
@@ -81,8 +81,8 @@ def test_device_auto_picks_cuda_and_toy_runs(run):
     assert obj["device"].startswith("cuda") and obj["dtype"] == "bfloat16", r.stderr
     assert r.exit_code == (0 if obj["identical"] else 1), r.stderr
     if not obj["identical"]:  # bfloat16: allowed at a near-tie only (see TIE)
-        from specdec_cli.cards import load_card
-        from specdec_cli.pair import load_pair
+        from specdec_cli.cards.card import load_card
+        from specdec_cli.pair.loading import load_pair
 
         pair = load_pair(load_card("random-llama-1b"))
         prompt = pair.encode("hello", 32)

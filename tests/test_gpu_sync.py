@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_cli.decoding import decode, greedy_decode
+from specdec_cli.loop.decoding import decode, greedy_decode
 from specdec_cli.drafts import ModelDraft, PromptLookupDraft
-from specdec_cli.models import HFLM
-from specdec_cli.sampling import Sampler, Sampling
+from specdec_cli.engine.models import HFLM
+from specdec_cli.loop.sampling import Sampler, Sampling
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 CONFIG = Path(__file__).parent.parent / "cards" / "configs" / "tiny-llama.json"

@@ -10,10 +10,10 @@ import torch
 import yaml
 import torch.nn.functional as F
 
-from specdec_cli import costs, kernels
-from specdec_cli.decoding import greedy_decode, speculative_decode
+from specdec_cli.engine import costs, kernels
+from specdec_cli.loop.decoding import greedy_decode, speculative_decode
 from specdec_cli.drafts import ModelDraft, PromptLookupDraft
-from specdec_cli.models import HFLM
+from specdec_cli.engine.models import HFLM
 from tests.conftest import parse_json_lines
 from tests.test_decoding import noisy_twins
 
@@ -216,8 +216,8 @@ def test_a_cpu_run_reports_the_widths_it_runs_weight_major(run, write_card, one_
 
 
 def test_weight_major_off_leaves_the_target_alone(write_card, monkeypatch):
-    from specdec_cli.cards import load_card
-    from specdec_cli.pair import load_pair
+    from specdec_cli.cards.card import load_card
+    from specdec_cli.pair.loading import load_pair
 
     off = load_pair(load_card(str(tiny_card(write_card, matmuls="off"))))
     assert off.target.weight_major is None and off.policy.as_dict() == {"shapes": "free", "matmuls": "off"}
@@ -237,8 +237,8 @@ def test_a_prepacked_only_target_frees_its_plain_weights_and_still_matches_greed
     """matmuls: packed: every forward (prefill too) takes oneDNN's prepacked weights, so the plain
     copies are freed at load (all but the LM head's, which a tied embedding reads): one copy in
     memory. Speculative output still equals greedy, and both equal the unpacked target's."""
-    from specdec_cli.cards import load_card
-    from specdec_cli.pair import load_pair
+    from specdec_cli.cards.card import load_card
+    from specdec_cli.pair.loading import load_pair
 
     plain = load_pair(load_card(str(tiny_card(write_card, matmuls="off"))))
     packed = load_pair(load_card(str(tiny_card(write_card, matmuls="packed"))))

@@ -16,13 +16,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec_cli.cards import load_card
-from specdec_cli.decoding import NoDraft, decode_rows, greedy_decode, speculative_decode
+from specdec_cli.cards.card import load_card
+from specdec_cli.loop.decoding import NoDraft, decode_rows, greedy_decode, speculative_decode
 from specdec_cli.drafts import ModelDraft, OracleDraft
 from specdec_cli.errors import SpecdecError
-from specdec_cli.models import HFLM
-from specdec_cli.pair import forward_policy
-from specdec_cli.verify import logit_rows
+from specdec_cli.engine.models import HFLM
+from specdec_cli.pair.loading import forward_policy
+from specdec_cli.eval.verify import logit_rows
 
 from .conftest import DATA, parse_json_lines
 from .test_decoding import noisy_twins
@@ -136,7 +136,7 @@ def test_an_unknown_shapes_value_is_one_error_line(run, write_card, where):
 
 def test_pinned_where_the_loop_cannot_own_the_cache_names_the_model_and_why(write_card, monkeypatch):
     card = load_card(str(tiny_card(write_card, shapes="pinned")))
-    from specdec_cli.models import load, parse_ref
+    from specdec_cli.engine.models import load, parse_ref
 
     target, _ = load(parse_ref(card.target, card.folder), torch.device("cpu"), torch.bfloat16)
     monkeypatch.setattr(target.model.config, "_attn_implementation", "flash_attention_2")
@@ -184,7 +184,7 @@ def test_synthetic_draft_rows_of_a_batch_read_their_own_reference(run, write_car
 
 def test_pinned_sampling_reproduces_bitwise_from_a_seed(models):
     """Speculative sampling under pinned shapes: the same seed draws the same tokens, run after run."""
-    from specdec_cli.sampling import Sampling, speculative_sample
+    from specdec_cli.loop.sampling import Sampling, speculative_sample
 
     target, draft = models["qwen2"]
     settings_ = Sampling(0.9, 0, 0.95)

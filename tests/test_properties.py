@@ -10,10 +10,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec_cli.decoding import greedy_decode, speculative_decode
+from specdec_cli.loop.decoding import greedy_decode, speculative_decode
 from specdec_cli.drafts import ModelDraft, OracleDraft, PromptLookupDraft
-from specdec_cli.schedule import AdaptiveK
-from specdec_cli.toy import ToyLM
+from specdec_cli.loop.schedule import AdaptiveK
+from specdec_cli.engine.toy_model import ToyLM
 
 from .conftest import toy_card_dict
 from .toys import CacheWatch, NoisyToyLM, reference

@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from specdec_cli.cards import load_card
+from specdec_cli.cards.card import load_card
 from specdec_cli.files import cache_dir
-from specdec_cli.pair import load_pair
+from specdec_cli.pair.loading import load_pair
 
 CARD = load_card("qwen2.5-coder-1.5b")
 MODELS = cache_dir("models")  # read at import: the user's cache (conftest gives each test its own)

@@ -10,11 +10,11 @@ import json
 import pytest
 import torch
 
-from specdec_cli import kinds
-from specdec_cli.cards import DraftSpec
+from specdec_cli.drafts import registry as kinds
+from specdec_cli.cards.card import DraftSpec
 from specdec_cli.checks import integer
 from specdec_cli.drafts import Draft
-from specdec_cli.kinds import Field, Kind
+from specdec_cli.drafts.registry import Field, Kind
 
 from .conftest import parse_json_lines
 from .test_errors import assert_one_error
@@ -137,7 +137,7 @@ def test_a_built_in_kind_declares_what_its_draft_does(kind):
 
 def test_a_kind_that_cannot_batch_is_refused_before_loading(run, tmp_path, monkeypatch):
     """`batches` is declared, so --batch N is refused from the card alone, before any load."""
-    import specdec_cli.pair as pair_mod
+    import specdec_cli.pair.loading as pair_mod
 
     monkeypatch.setattr(pair_mod, "load", lambda *a, **kw: (_ for _ in ()).throw(AssertionError("loaded a model")))
     prompts = tmp_path / "prompts.jsonl"

@@ -236,7 +236,7 @@ def test_compiled_beside_eager_per_workload(tmp_path):
 
 
 def test_suite_prompts_first_n_of_the_chosen_categories():
-    from specdec_cli.prompts import SUITE
+    from specdec_cli.cards.prompts import SUITE
 
     two = [json.loads(line) for line in suite_prompts.lines(2, {"qa", "code"})]
     assert sorted(r["category"] for r in two) == ["code", "code", "qa", "qa"]

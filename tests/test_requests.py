@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from specdec_cli.cards import load_card
+from specdec_cli.cards.card import load_card
 from specdec_cli.errors import SpecdecError
-from specdec_cli.prompts import SUITE, first_per_category
-from specdec_cli.requests import (BenchRequest, DistillRequest, GenerateRequest, PlanRequest, VerifyRequest,
+from specdec_cli.cards.prompts import SUITE, first_per_category
+from specdec_cli.cli.requests import (BenchRequest, DistillRequest, GenerateRequest, PlanRequest, VerifyRequest,
                                   check_output_file, parse_ks)
 
 
@@ -172,4 +172,4 @@ def test_distill_replay_command_and_defaults():
     assert r.command_line() == "specdec distill -c smollm2 --minutes 1.5 --seed 2 --steps 40 --prompts 100"
     assert r.out_path("smollm2").name == "smollm2-features"
     items, source = r.items()
-    assert items and source.startswith("specdec_cli.trainprompts (")
+    assert items and source.startswith("specdec_cli.training.trainprompts (")

@@ -18,14 +18,14 @@ from collections import Counter
 import pytest
 import torch
 
-from specdec_cli import sampling
-from specdec_cli.decoding import greedy_decode, speculative_decode
+from specdec_cli.loop import sampling
+from specdec_cli.loop.decoding import greedy_decode, speculative_decode
 from specdec_cli.drafts import ModelDraft, OracleDraft, PromptLookupDraft
-from specdec_cli.schedule import AdaptiveK
-from specdec_cli.sampling import (Sampling, prefix_distribution, sample_decode, sequence_probability,
+from specdec_cli.loop.schedule import AdaptiveK
+from specdec_cli.loop.sampling import (Sampling, prefix_distribution, sample_decode, sequence_probability,
                                   speculative_sample, warp)
-from specdec_cli.stattest import chi2_sf, goodness_of_fit, homogeneity
-from specdec_cli.toy import ToyLM
+from specdec_cli.eval.stattest import chi2_sf, goodness_of_fit, homogeneity
+from specdec_cli.engine.toy_model import ToyLM
 
 from .conftest import parse_json_lines, toy_card_dict
 
@@ -160,8 +160,8 @@ def test_draws_from_a_shared_prefill_equal_fresh_ones():
     draw, also with a sliding window (tiny random Mistral, window 8, 17-token prompt)."""
     from pathlib import Path
 
-    from specdec_cli.decoding import prefill
-    from specdec_cli.models import early_exit, load, parse_ref
+    from specdec_cli.loop.decoding import prefill
+    from specdec_cli.engine.models import early_exit, load, parse_ref
 
     target, _ = load(parse_ref("random:tiny-mistral-swa.json", Path(__file__).parent / "data"), torch.device("cpu"), torch.float32)
     prompt = list(range(3, 20))
@@ -198,8 +198,8 @@ def test_chi2_sf_known_values():
 
 
 def test_temperature_zero_is_the_greedy_path():
-    from specdec_cli.cards import load_card, override
-    from specdec_cli.pair import load_pair
+    from specdec_cli.cards.card import load_card, override
+    from specdec_cli.pair.loading import load_pair
 
     pair = load_pair(override(load_card("toy"), temperature=0.0))
     ids = pair.encode("ba be", 40)

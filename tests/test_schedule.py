@@ -11,15 +11,15 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from specdec_cli import costs
-from specdec_cli.cards import load_card
-from specdec_cli.decoding import decode, greedy_decode, speculative_decode
+from specdec_cli.engine import costs
+from specdec_cli.cards.card import load_card
+from specdec_cli.loop.decoding import decode, greedy_decode, speculative_decode
 from specdec_cli.drafts import ModelDraft, OracleDraft, PromptLookupDraft
-from specdec_cli.pair import load_pair
-from specdec_cli.plan import PlanRow, ReplayTarget
-from specdec_cli.schedule import (Acceptance, AdaptiveK, Cost, Fixed, Heuristic, Scheduled, batch_length,
+from specdec_cli.pair.loading import load_pair
+from specdec_cli.eval.plan import PlanRow, ReplayTarget
+from specdec_cli.loop.schedule import (Acceptance, AdaptiveK, Cost, Fixed, Heuristic, Scheduled, batch_length,
                                   best_length, expected_tokens, lookup_prior)
-from specdec_cli.toy import ToyLM
+from specdec_cli.engine.toy_model import ToyLM
 from tests.conftest import parse_json_lines
 from tests.toys import NoisyToyLM, reference
 
@@ -522,10 +522,10 @@ def test_plan_tokens_per_round_equals_a_real_run(run):
     pair = load_pair(load_card("toy"))
     r = run("plan", "-c", "toy", "-k", "4", "--json", "--limit", "1")
     rows = {(x["k"], x["schedule"]): x for x in parse_json_lines(r.stdout)}
-    from specdec_cli.prompts import SUITE
+    from specdec_cli.cards.prompts import SUITE
 
-    from specdec_cli.cli import first_per_category
-    from specdec_cli.schedule import Scheduled as S
+    from specdec_cli.cards.prompts import first_per_category
+    from specdec_cli.loop.schedule import Scheduled as S
 
     tokens = rounds = 0
     for p in first_per_category(SUITE, 1):

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from specdec_cli.cards import DraftSpec
-from specdec_cli.pair import build_draft
+from specdec_cli.cards.card import DraftSpec
+from specdec_cli.pair.loading import build_draft
 
 from .conftest import transformers_greedy
 

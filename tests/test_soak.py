@@ -8,13 +8,13 @@ from collections import Counter
 import pytest
 import torch
 
-from specdec_cli.cards import load_card
-from specdec_cli.decoding import greedy_decode, speculative_decode
+from specdec_cli.cards.card import load_card
+from specdec_cli.loop.decoding import greedy_decode, speculative_decode
 from specdec_cli.drafts import ModelDraft, OracleDraft, SyntheticDraft
-from specdec_cli.schedule import AdaptiveK
-from specdec_cli.models import load, parse_ref
-from specdec_cli.pair import load_pair
-from specdec_cli.toy import ToyLM
+from specdec_cli.loop.schedule import AdaptiveK
+from specdec_cli.engine.models import load, parse_ref
+from specdec_cli.pair.loading import load_pair
+from specdec_cli.engine.toy_model import ToyLM
 
 from .conftest import DATA, transformers_greedy
 from .toys import CacheWatch, NoisyToyLM, reference

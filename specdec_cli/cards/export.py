@@ -1,0 +1,144 @@
+"""`specdec export`: the command that runs a card's target and draft, with speculative decoding,
+on a serving engine: vLLM (`vllm serve`), SGLang (`sglang.launch_server`) or llama.cpp
+(`llama-server`). Nothing is run or checked against an installed engine: this writes the
+command down, from each engine's documented option names (tests/test_export.py pins the
+version and page each name was read from).
+
+What maps (each draft kind declares its own mapping, or why no engine runs it: kinds/):
+    draft kind model          vLLM method draft_model · SGLang STANDALONE · llama.cpp draft-simple
+    draft kind prompt-lookup  vLLM method ngram · SGLang NGRAM · llama.cpp ngram-simple
+    decoding.k                tokens drafted per round (a fixed number on every engine)
+    dtype, trust_remote_code, revision, draft.revision, max_tokens: where the engine has an option
+Kinds no engine has (early-exit, toy, synthetic, features), and models an engine cannot load,
+are refused with one line naming the card, the field and the value. Where the engine does
+something close but not the same (a schedule it lacks, an n-gram range it cannot express), the
+export goes on and says so in a note.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specdec_cli.drafts import registry as kinds
+from specdec_cli.cards.card import FETCHED, Card
+from specdec_cli.checks import check, choice
+from specdec_cli.errors import SpecdecError
+from specdec_cli.files import cache_dir
+
+ENGINES = ("vllm", "sglang", "llama.cpp")
+
+
+@dataclass
+class Export:
+    card: str
+    engine: str
+    argv: list[str]  # the command, one word per item
+    speculative: dict  # the speculative settings alone, named as the engine names them
+    request: dict  # settings a client sends with each request (the servers take them per request)
+    notes: list[str] = field(default_factory=list)  # where the engine differs from specdec
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+    def as_dict(self) -> dict:
+        return {"card": self.card, "engine": self.engine, "command": self.command, "argv": self.argv,
+                "speculative": self.speculative, "request": self.request, "notes": self.notes}
+
+
+def check_engine(engine: str) -> None:
+    check("command line", "--engine", engine, choice(ENGINES))
+
+
+def export(card: Card, engine: str) -> Export:
+    """The command that serves `card` on `engine`, or a SpecdecError saying what cannot be."""
+    check_engine(engine)
+    spec = card.draft
+    kind = kinds.get(spec.kind)
+    if engine not in kind.engines:
+        runs = [k.name for k in kinds.kinds() if engine in k.engines]
+        raise SpecdecError(f"{card.path}: draft.kind: {engine} has no draft kind {spec.kind!r} "
+                           f"({kind.why_not}); it runs draft kinds {', '.join(runs)}")
+    notes: list[str] = []
+    target = _model(card, "target", card.target, engine, notes)
+    speculative = kind.export(engine, spec, card, lambda field, ref: _model(card, field, ref, engine, notes), notes)
+    request = {"max_tokens": card.max_tokens, "temperature": card.temperature, "top_k": card.top_k,
+               "top_p": card.top_p, "seed": card.seed}
+    argv = COMMAND[engine](card, target, speculative, notes)
+    if spec.schedule != "fixed":
+        notes.append(f"draft.schedule: {spec.schedule}: {engine} drafts a fixed number of tokens each round; exported "
+                     f"decoding.k = {card.k}. {DYNAMIC[engine]}")
+    return Export(card.name, engine, argv, speculative, request, notes)
+
+
+# ---------------------------------------------------------------------------- model references
+def _model(card: Card, field: str, ref: str, engine: str, notes: list[str]) -> str:
+    """The path or hub id the engine loads for a card's model reference; refuses what it cannot."""
+    if ref.startswith(FETCHED):  # `specdec fetch` puts it here; the command may come before the fetch
+        path = cache_dir("models") / ref[len(FETCHED):]
+        if not path.is_file():
+            from specdec_cli.cards.fetch import card_label
+
+            notes.append(f"{field}: {path.name} is not fetched yet: run `specdec fetch {card_label(card)}` "
+                         f"before starting the server")
+        kind, name = "gguf", str(path)
+    else:
+        from specdec_cli.engine.models import model_ref  # resolves pkg: files and relative paths, checks GGUF magic
+
+        parsed = model_ref(card, field, ref)
+        kind = parsed.kind
+        name = str(Path(parsed.source) / parsed.gguf_file) if kind == "gguf" else parsed.source
+    if kind == "toy":
+        raise SpecdecError(f"{card.path}: {field}: {engine} cannot load {ref!r}: it is specdec's built-in toy model")
+    if kind == "random":
+        raise SpecdecError(f"{card.path}: {field}: {engine} cannot load {ref!r}: a random-weight model built inside specdec")
+    if engine == "llama.cpp" and kind != "gguf":
+        raise SpecdecError(f"{card.path}: {field}: llama.cpp loads GGUF files, got the transformers checkpoint {ref!r} "
+                           f"(convert it with llama.cpp's convert_hf_to_gguf.py and point the card at the .gguf)")
+    if engine == "vllm" and kind == "gguf":
+        notes.append(f"{field}: vLLM loads GGUF through the vllm-gguf-plugin package and recommends "
+                     f"--tokenizer <the base model's hub id> over converting the GGUF's tokenizer")
+    return name
+
+
+# ---------------------------------------------------------------------------- engines
+# Each builder turns the draft kind's speculative settings (Kind.export) into the command.
+def _vllm(card: Card, target: str, config: dict, notes: list[str]) -> list[str]:
+    argv = ["vllm", "serve", target, "--speculative-config", json.dumps(config)]
+    return argv + _common(card, "--dtype", "--trust-remote-code", "--revision")
+
+
+def _sglang(card: Card, target: str, options: dict, notes: list[str]) -> list[str]:
+    argv = ["python3", "-m", "sglang.launch_server", "--model-path", target, *_words(options)]
+    return argv + _common(card, "--dtype", "--trust-remote-code", "--revision")
+
+
+def _llama_cpp(card: Card, target: str, options: dict, notes: list[str]) -> list[str]:
+    if card.dtype != "auto":
+        notes.append(f"dtype: {card.dtype}: llama-server computes with the GGUF's own weight types and has no dtype option")
+    return ["llama-server", "-m", target, *_words(options), "-n", str(card.max_tokens)]
+
+
+def _common(card: Card, dtype: str, trust: str, revision: str) -> list[str]:
+    """The card's settings that vLLM and SGLang spell alike; defaults are left out."""
+    words = [dtype, card.dtype] if card.dtype != "auto" else []
+    words += [trust] if card.trust_remote_code else []
+    return words + ([revision, card.revision] if card.revision else [])
+
+
+def _words(options: dict) -> list[str]:
+    return [str(word) for pair in options.items() for word in pair]
+
+
+COMMAND = {"vllm": _vllm, "sglang": _sglang, "llama.cpp": _llama_cpp}
+DYNAMIC = {  # each engine's own documented way of varying the draft length, if any
+    "vllm": "vLLM's Dynamic Speculative Decoding (num_speculative_tokens_per_batch_size) varies it by batch size, "
+            "not by acceptance.",
+    "sglang": "SGLang's --speculative-adaptive varies it by acceptance, documented for --speculative-algorithm EAGLE "
+              "with topk 1 only.",
+    "llama.cpp": "llama-server drafts up to this maximum; for a draft model --spec-draft-p-min ends a draft early "
+                 "when the draft is unsure.",
+}

@@ -1,0 +1,30 @@
+"""What the commands share at run time: the stdout console and loading a card's pair."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from specdec_cli.cards.card import load_card, override
+from specdec_cli.cli.guard import err
+
+out = Console(soft_wrap=True)  # data (text, JSON) only; everything else goes to `err` (stderr)
+
+
+def load(card_name: str, drafts: tuple = (), remeasure: bool = False, batch: int = 1, **overrides):
+    """The card (with command-line overrides) loaded into a Pair, with a status line on stderr;
+    `batch`: the rows the command will decode together (checked against the drafts first)."""
+    from specdec_cli.pair.loading import check_before_load, load_pair  # pair imports torch: only when a command runs
+
+    card = override(load_card(card_name), **overrides)
+    check_before_load(card, tuple(drafts), batch)  # fail in milliseconds, not after a long load
+    if card.trust_remote_code:
+        repos = dict.fromkeys([card.target] + [ref for _, ref in card.draft.models()])
+        err.print(f"Warning: card {card.name} sets trust_remote_code: true: Python code shipped with "
+                  f"{' and '.join(repos)} may run on this machine while loading. Use only repositories you trust.",
+                  markup=False, highlight=False, soft_wrap=True)
+    with err.status(f"Loading {card.target} and its {card.draft.label()} draft…"):
+        pair = load_pair(card)
+    pair.remeasure = remeasure
+    err.print(f"[dim]card {card.name}: target {card.target} · draft {pair.draft.name} · "
+              f"{pair.device} {pair.dtype_name}[/]", highlight=False)
+    return pair

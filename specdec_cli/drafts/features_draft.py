@@ -1,0 +1,178 @@
+"""The features draft (kind `features`, kinds/features.py): one block drafting from the target's
+own hidden states (EAGLE-1). The block, its cache and its weights file are features.py (shared
+with `specdec distill`, which trains them); here is the draft that runs them in the loop (see
+features.py's doc for the notation).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from specdec_cli.drafts.features_block import BlockCache, FeatureBlock
+from specdec_cli.drafts.protocol import Draft
+
+
+class Head:
+    """The target's LM head over the draft vocabulary. The full vocabulary uses the target's
+    own weight (shared); a reduced one is an N-row slice (a view when the ids are a prefix
+    0..N-1, else a gathered N x H copy made once: the cost of a smaller head)."""
+
+    def __init__(self, lm, vocab_ids: torch.Tensor):
+        out = lm.model.get_output_embeddings()
+        n = vocab_ids.shape[0]
+        self.prefix = bool((vocab_ids == torch.arange(n, device=vocab_ids.device)).all())
+        self.weight = out.weight[:n] if self.prefix else out.weight[vocab_ids]
+        bias = getattr(out, "bias", None)
+        self.bias = None if bias is None else (bias[:n] if self.prefix else bias[vocab_ids])
+        self.ids = vocab_ids
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(h, self.weight, self.bias)
+
+
+class FeatureDraft(Draft):
+    """Drafts with a FeatureBlock from the target's own hidden states (see the module doc).
+
+    State, at the top of each round (tokens = t_0..t_{L-1}):
+      cache.length true pairs (f_j, t_{j+1}) are cached; `pending` holds the features of the
+      pairs after them, up to j = L-2 (the target has computed f_0..f_{L-2}), and
+      `pending_tokens` their tokens t_{j+1}. A proposal feeds them, so the draft never asks the
+      target for anything: the features come with the verify forward (HFLM.keep_hidden).
+    """
+
+    runs_model = True  # step_seconds: one block call and the head
+    samples = True  # propose_sampled draws from its own warped distribution
+    batches = False  # it reads the target's batch-1 hidden states
+
+    def __init__(self, lm, block: FeatureBlock, vocab_ids: torch.Tensor, name: str = "features", meta: dict | None = None):
+        self.lm, self.block, self.name, self.meta = lm, block, name, meta or {}
+        self.embed = lm.model.get_input_embeddings()  # the target's own module: shared
+        self.head = Head(lm, vocab_ids)
+        self.forwards = 0
+        self.remembered: tuple | None = None  # (prompt, its features): repeated draws of one prompt
+        lm.keep_hidden = True  # the target now keeps each forward's final hidden states
+
+    @property
+    def window(self) -> int | None:
+        return self.lm.max_positions  # the target's: the draft reads its features
+
+    # -- protocol ---------------------------------------------------------------------------
+    def begin(self, prompt: list[int]) -> None:
+        w = self.head.weight
+        self.cache = BlockCache(self.block.cfg, w.device, w.dtype, capacity=max(256, 2 * len(prompt)))
+        self.pending, self.pending_tokens, self.expect = [], [], None
+        if len(prompt) < 2:  # no prefill forward, no feature yet: the first round drafts nothing
+            return
+        self.pending = [self._prompt_features(prompt)]
+        self.pending_tokens = [torch.tensor(prompt[1:], device=w.device)]
+
+    def propose(self, tokens: list[int], k: int) -> torch.Tensor:
+        return self._propose(tokens, k, None, None)[0]
+
+    def propose_sampled(self, tokens: list[int], k: int, warp, generator):
+        """Tokens drawn from the draft's warped distribution q; q [d, V] over the target's
+        vocabulary (zero outside the draft vocabulary)."""
+        proposal, q = self._propose(tokens, k, warp, generator)
+        if q is None or self.head.prefix:
+            return proposal, q  # a prefix vocabulary: the loop pads q with zeros beyond it
+        return proposal, q.new_zeros(q.shape[0], self.block.cfg.target_vocab).index_copy_(1, self.head.ids, q)
+
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
+        lm = self.lm
+        m = new.shape[0] if new is not None else accepted + 1  # tokens just appended
+        fresh = (self.expect is not None and lm.version == self.expect[0] and lm.hidden_start == self.expect[1]
+                 and lm.hidden is not None and lm.hidden.shape[0] >= m)
+        if not fresh:  # someone else ran the target in between: recompute every feature
+            self._restart(tokens)
+            return
+        self.expect = None
+        self.pending.append(lm.hidden[:m])  # f of [last token, accepted proposals]
+        self.pending_tokens.append(new if new is not None else torch.tensor(tokens[-m:], device=lm.hidden.device))
+
+    def step_seconds(self, context: list[int]) -> float:
+        """Measured seconds of one proposed token after `context` (block + head), on a scratch
+        cache: the figure the cost model weighs against a target step."""
+        w = self.head.weight
+        with torch.inference_mode():
+            cache = BlockCache(self.block.cfg, w.device, w.dtype, capacity=len(context) + 64)
+            n = max(1, len(context) - 1)
+            feats = torch.zeros(n, self.block.cfg.hidden, device=w.device, dtype=w.dtype)
+            toks = torch.tensor(context[1:] or context, device=w.device)[:n]
+            h = self.block.step(feats, self.embed(toks), cache)[-1:]
+            cache.length = n
+            token = toks[-1:]
+            times = []
+            for _ in range(3):
+                _sync(w.device)
+                start = time.perf_counter()
+                for i in range(8):
+                    h, token = self._next(h, token, cache)
+                    cache.length += 1
+                _sync(w.device)
+                times.append((time.perf_counter() - start) / 8)
+                cache.length = n
+        return min(times)
+
+    # -- internals -------------------------------------------------------------------------
+    def _propose(self, tokens: list[int], k: int, warp, generator):
+        lm, w = self.lm, self.head.weight
+        self.expect = (lm.version + 1, len(tokens) - 1)  # the verify forward that follows
+        if k == 0 or not self.pending:
+            return torch.empty(0, dtype=torch.long, device=w.device), None
+        feats, toks = torch.cat(self.pending), torch.cat(self.pending_tokens)  # the true pairs not yet cached
+        self.pending, self.pending_tokens = [], []
+        h = self.block.step(feats.to(w.dtype), self.embed(toks), self.cache)[-1:]  # [1, H]
+        self.cache.length += feats.shape[0]  # only true pairs stay
+        top = self.cache.length
+        out, qs = [], []
+        for i in range(k):
+            logits = self.head(h)[0]  # [N]
+            if warp is None:
+                row = logits.argmax()
+            else:
+                qs.append(warp(logits))
+                row = torch.multinomial(qs[-1], 1, generator=generator)[0]
+            token = self.head.ids[row].view(1)  # draft row -> target id, on the device
+            out.append(token)
+            if i < k - 1:  # the k-th proposal is never fed
+                h = self.block.step(h, self.embed(token), self.cache)
+                self.cache.length += 1
+        self.cache.length = top  # drop the speculative pairs: next round feeds true features
+        self.forwards += k
+        return torch.cat(out), (torch.stack(qs) if qs else None)
+
+    def _next(self, h, token, cache):
+        """One drafted token (for timing): head, argmax, then the block on (h, token)."""
+        token = self.head.ids[self.head(h)[0].argmax()].view(1)
+        return self.block.step(h, self.embed(token), cache), token
+
+    def _prompt_features(self, prompt: list[int]) -> torch.Tensor:
+        """f_0..f_{L-2}: from the prefill that just ran (the usual case), from the last request
+        with this prompt (many sampling draws from one prefix cache), or a scratch forward."""
+        lm, n = self.lm, len(prompt) - 1
+        ids = torch.tensor(prompt[:-1])
+        if (lm.hidden is not None and lm.hidden_start == 0 and lm.hidden.shape[0] == n
+                and torch.equal(lm.hidden_ids.cpu(), ids)):
+            feats = lm.hidden
+        elif self.remembered is not None and self.remembered[0] == tuple(prompt):
+            feats = self.remembered[1]
+        else:
+            lm.forward(ids[None].to(lm.device), lm.new_cache(), keep=1)
+            feats = lm.hidden
+        self.remembered = (tuple(prompt), feats)
+        return feats
+
+    def _restart(self, tokens: list[int]) -> None:
+        """Recompute the features of tokens[:-1] with a scratch target forward; re-feed all."""
+        self.begin([])
+        self.lm.forward(torch.tensor([tokens[:-1]], device=self.lm.device), self.lm.new_cache(), keep=1)
+        self.pending = [self.lm.hidden]
+        self.pending_tokens = [torch.tensor(tokens[1:], device=self.lm.device)]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

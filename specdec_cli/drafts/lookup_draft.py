@@ -1,0 +1,69 @@
+"""The prompt-lookup draft (kind `prompt-lookup`, kinds/prompt_lookup.py): n-gram match against
+the prompt and the text so far; no model call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from specdec_cli.drafts.protocol import Draft
+
+MAX_PROPOSAL = 64  # cards.MAX_K: the longest continuation a lookup keeps
+
+
+class PromptLookupDraft(Draft):
+    """n-gram lookup: find the latest earlier occurrence of the last n tokens (n = max_ngram
+    down to min_ngram) in prompt + output, and propose the tokens that followed it.
+    Costs no model call; proposes nothing when no n-gram matches."""
+
+    free = True  # no model call: a schedule may peek at its proposal at no cost
+    fills = True  # nothing matched: the last token, for the cost schedule to verify when cheap
+
+    def __init__(self, device, max_ngram: int = 3, min_ngram: int = 1, name: str = "prompt-lookup"):
+        self.device, self.max_ngram, self.min_ngram, self.name = device, max_ngram, min_ngram, name
+        self.forwards = 0
+        self.pin = torch.device(device).type == "cuda"  # pinned host memory: an async copy, no sync
+        self._last: tuple = (None, 0, [])
+
+    def begin(self, prompt: list[int]) -> None:
+        self._last = (None, 0, [])
+
+    def match(self, tokens: list[int], k: int) -> tuple[int, list[int]]:
+        """(n, continuation): the longest n-gram (max_ngram down to min_ngram) ending `tokens`
+        that occurred earlier, and up to k tokens that followed its latest occurrence; (0, [])
+        when nothing matches. The schedule conditions acceptance on n."""
+        key = hash(tuple(tokens))
+        if self._last[0] == key:  # asked twice for the same round (schedule, then propose)
+            return self._last[1], self._last[2][:k]
+        seq = np.asarray(tokens, dtype=np.int64)
+        found = (0, [])
+        for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # [L-n, n] earlier n-grams
+            hits = np.flatnonzero((windows == seq[-n:]).all(axis=1))
+            if len(hits):
+                start = int(hits[-1]) + n  # the latest match; continuation starts after it
+                found = (n, seq[start : start + MAX_PROPOSAL].tolist())
+                break
+        self._last = (key, *found)
+        return found[0], found[1][:k]
+
+    def lookup(self, tokens: list[int], k: int) -> list[int]:
+        return self.match(tokens, k)[1] if k else []
+
+    def context_key(self, tokens: list[int], k: int) -> int:
+        return self.match(tokens, k)[0]
+
+    def propose(self, tokens: list[int], k: int) -> torch.Tensor:
+        return self._on_device(self.lookup(tokens, k)[:k])
+
+    def filler(self, tokens: list[int]) -> torch.Tensor:
+        """One token to verify when nothing matched (schedule.Scheduled.fills): the last one."""
+        return self._on_device(tokens[-1:])
+
+    def _on_device(self, ids: list[int]) -> torch.Tensor:
+        proposal = torch.tensor(ids, dtype=torch.long)
+        return (proposal.pin_memory() if self.pin else proposal).to(self.device, non_blocking=True)
+
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
+        pass

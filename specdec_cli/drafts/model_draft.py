@@ -1,0 +1,90 @@
+"""The draft that runs a causal LM of its own, with its own KV cache: a smaller model sharing the
+target's tokenizer (kind `model`, kinds/model.py) or an early-exit view of the target (kind
+`early-exit`, kinds/early_exit.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec_cli.engine.kvcache import to_device
+from specdec_cli.drafts.protocol import Draft
+
+
+class ModelDraft(Draft):
+    """A causal LM that proposes its own greedy tokens, with its own KV cache.
+
+    Cache invariant: `self.cached` positions of `tokens` are in the draft cache and `pending`
+    holds tokens[cached:] on the device. A proposal of k feeds `pending`, then k-1 of its own
+    tokens (the k-th is never fed). Tokens never come back from the host: the loop hands the
+    round's new tokens over as a device tensor, so drafting costs no host-to-device copy and
+    no sync (the LM head runs on the last position only: keep=1).
+    """
+
+    runs_model = True  # step_seconds: one 1-token forward of its model
+    samples = True  # propose_sampled draws from its own warped distribution
+
+    def __init__(self, lm, shared_vocab: int, name: str = "model"):
+        self.lm, self.shared_vocab, self.name = lm, shared_vocab, name
+        self.forwards = 0
+
+    @property
+    def window(self) -> int | None:
+        return self.lm.max_positions  # an early-exit view's is the target's
+
+    def begin(self, prompt: list[int]) -> None:
+        self.cache, self.cached, self.base, self.k = self.lm.new_cache(), 0, 0, 0
+        self.pending = to_device(prompt, self.lm.device)  # [S]: once per request, without a host sync
+
+    def propose(self, tokens: list[int], k: int) -> torch.Tensor:
+        return self._propose(tokens, k, None, None)[0]
+
+    def propose_sampled(self, tokens: list[int], k: int, warp, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """As propose, but each token is drawn from the draft's warped distribution q over the
+        shared vocabulary; returns (tokens [d], q [d, shared_vocab])."""
+        return self._propose(tokens, k, warp, generator)
+
+    def _propose(self, tokens: list[int], k: int, warp, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+        from specdec_cli.loop.sampling import sample
+
+        self.base, self.k = len(tokens), k
+        if k == 0:
+            return self.pending[:0], None
+        ids = self.pending[None]  # [1, S] the uncached tail
+        out, qs = [], []
+        for _ in range(k):
+            logits = self.lm.forward(ids, self.cache, keep=1)[-1, : self.shared_vocab]  # [V]
+            if warp is None:
+                token = logits.argmax().view(1)  # greedy; stays on device: no host sync while drafting
+            else:
+                qs.append(warp(logits))  # [V]: the draft's distribution q
+                token = sample(qs[-1], generator).view(1)
+            out.append(token)
+            ids = token[None]  # [1, 1]
+        self.forwards += k
+        self.cached = len(tokens) + k - 1
+        return torch.cat(out), (torch.stack(qs) if qs else None)
+
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
+        if self.k == 0:  # nothing proposed: the draft is simply further behind
+            self.pending = torch.cat([self.pending, _on(new, tokens, self.base, self.lm.device)])
+            return
+        # Proposals 1..accepted are now part of `tokens`; the rest of the cache is stale.
+        keep = min(self.cached, self.base + min(accepted, self.k - 1))
+        self.cache.crop(keep - self.cached)  # crop(0) still trims sliding-window layers
+        self.cached = keep
+        fresh = _on(new, tokens, self.base, self.lm.device)  # tokens[base:]
+        self.pending = fresh[keep - self.base:]  # tokens[keep:], keep >= base
+
+    def step_seconds(self, context: list[int]) -> float:
+        """Measured seconds of one proposed token (one 1-token forward after `context`)."""
+        from specdec_cli.engine.costs import forward_seconds
+
+        return forward_seconds([(self.lm, 1)], context)[0]
+
+
+def _on(new: torch.Tensor | None, tokens: list[int], base: int, device) -> torch.Tensor:
+    """tokens[base:] as a device tensor: the loop's `new` when given, else copied from the host."""
+    if new is not None and new.shape[0] == len(tokens) - base:
+        return new
+    return to_device(tokens[base:], device)

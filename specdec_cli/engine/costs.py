@@ -1,0 +1,400 @@
+"""What a round costs on this machine: the target's forward time over n new tokens (n = 1..N,
+at a short and a long context) and the draft's time per proposed token, measured once and
+cached per (model, revision, device, dtype, torch threads, torch version).
+
+On a CPU the verify cost is not monotonic in n (a 2- or 3-row matmul can cost more than a
+5-row one), so the schedule reads the measured curve; nothing here is assumed.
+
+The cache lives under the user cache directory (files.cache_dir("costs")), one JSON file per
+key, written atomically. A corrupt file is re-measured with one warning; an unwritable
+directory means measuring without caching.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from specdec_cli.engine import kernels
+from specdec_cli.engine.kvcache import KVCache, capacity_for
+from specdec_cli.files import cache_dir, write_text_atomic
+
+VERSION = 6  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too)
+PROBE_REPEATS = 5  # timed forwards per width; the median is kept (see forward_seconds)
+MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
+SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 3 tries per width
+SLOW_REPEATS = 3
+
+
+@dataclass
+class CostProfile:
+    """Seconds, measured; costs in 1-token target steps are derived (`v`, `c`)."""
+
+    key: dict  # what it was measured for (model, device, dtype, threads, torch, ...)
+    contexts: list[int]  # context lengths the curve was measured after
+    verify_s: list[list[float]]  # [context][n-1]: one forward over n new tokens
+    draft_s: dict[str, float] = field(default_factory=dict)  # draft label -> seconds per proposed token
+    batch_s: dict[str, list[float]] = field(default_factory=dict)  # rows -> [n-1]: a [rows, n] verify (short context)
+    weight_major: list[int] = field(default_factory=list)  # widths n of a [1, n] forward whose matmuls run W @ xᵀ (kernels.py)
+    packed: list[int] = field(default_factory=list)  # widths n of a [1, n] forward that run oneDNN's prepacked weights
+    batch_weight_major: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs W @ xᵀ
+    batch_packed: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs prepacked
+    prefill_s: list[float] = field(default_factory=list)  # [context]: prefilling its first context-1 tokens
+    measured_s: float = 0.0  # how long measuring took
+    timed: bool = True  # measured on this machine (False: made up, so the loop's own times do not refine it)
+    cached: bool = False  # read from the cache (not measured in this run)
+
+    @property
+    def widths(self) -> int:
+        return len(self.verify_s[0])
+
+    @property
+    def step_s(self) -> float:
+        """One 1-token target step at the short context (seconds)."""
+        return self.verify_s[0][0]
+
+    def v(self, n: int, context: int | None = None) -> float:
+        """One forward over n new tokens, in 1-token steps at the same context (linear between
+        the measured contexts, clamped outside them)."""
+        n = min(max(n, 1), self.widths)
+        ratios = [row[n - 1] / row[0] for row in self.verify_s]
+        if context is None or len(self.contexts) == 1:
+            return ratios[0]
+        (c0, c1), (r0, r1) = self.contexts[:2], ratios[:2]
+        t = min(max((context - c0) / (c1 - c0), 0.0), 1.0)
+        return r0 + t * (r1 - r0)
+
+    def prefill(self, tokens: int) -> float:
+        """A prefill of `tokens` prompt tokens in 1-token steps at that context (linear in the
+        tokens through the two measured prefills; 0 without them): greedy and speculative runs
+        both pay it, so a predicted speedup that leaves it out overshoots on short outputs."""
+        if tokens <= 0 or len(self.prefill_s) != len(self.contexts) or len(self.contexts) < 2:
+            return 0.0
+        (n0, n1), (p0, p1) = [c - 1 for c in self.contexts[:2]], self.prefill_s[:2]
+        seconds = max(p0 + (tokens - n0) * (p1 - p0) / (n1 - n0), 0.0)
+        return seconds / self.step(tokens + 1)
+
+    def step(self, context: int) -> float:
+        """One 1-token target step after `context` tokens (seconds; linear between the measured
+        contexts, clamped outside them)."""
+        if len(self.contexts) < 2:
+            return self.step_s
+        (c0, c1), (s0, s1) = self.contexts[:2], (row[0] for row in self.verify_s[:2])
+        t = min(max((context - c0) / (c1 - c0), 0.0), 1.0)
+        return s0 + t * (s1 - s0)
+
+    def form(self, n: int) -> str:
+        """The matmul form a [1, n] forward was measured (and runs) in."""
+        return "weight_major" if n in self.weight_major else "packed" if n in self.packed else "linear"
+
+    def c(self, draft: str) -> float:
+        """A proposed token's cost in target steps (0 for drafts that make no model call)."""
+        return self.draft_s.get(draft, 0.0) / self.step_s
+
+    def curve(self, context: int | None = None) -> list[float]:
+        return [self.v(n, context) for n in range(1, self.widths + 1)]
+
+    def batch(self, rows: int, of: int) -> tuple[list[float], float]:
+        """For `rows` live rows of a batch measured at `of` rows: (v_rows(n) for n = 1..widths,
+        in steps of the whole batch's 1-token forward; that forward's cost in 1-row steps).
+        Between 1 and `of` rows the seconds are linear between the 1-row and the `of`-row
+        measurements. Both at the short context: a batch's rows sit at different lengths."""
+        wide = self.batch_s.get(str(of))
+        one = self.verify_s[0]
+        if wide is None or rows <= 1 or of <= 1:
+            return self.curve(self.contexts[0]), 1.0
+        t = min((rows - 1) / (of - 1), 1.0)
+        seconds = [a + t * (x - a) for a, x in zip(one, wide)]
+        return [x / seconds[0] for x in seconds], seconds[0] / self.step_s
+
+    def as_dict(self) -> dict:
+        """For JSON output: the costs in target steps, and what they were measured on."""
+        return {"step_ms": self.step_s * 1e3, "contexts": self.contexts,
+                "verify_cost": {str(c): [round(x, 3) for x in self.curve(c)] for c in self.contexts},
+                "draft_cost": {name: round(self.c(name), 4) for name in self.draft_s},
+                **({"batch_verify_cost": {rows: [round(x / s[0], 3) for x in s] for rows, s in self.batch_s.items()},
+                    "batch_step": {rows: round(s[0] / self.step_s, 3) for rows, s in self.batch_s.items()}}
+                   if self.batch_s else {}),
+                **({"batch_weight_major": self.batch_weight_major} if self.batch_weight_major else {}),
+                **({"batch_packed": self.batch_packed} if any(self.batch_packed.values()) else {}),
+                "prefill_ms": [round(x * 1e3, 1) for x in self.prefill_s],
+                "weight_major": self.weight_major, "packed": self.packed, "greedy_form": self.form(1),
+                "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
+
+
+# ---------------------------------------------------------------------------- measuring
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None = None,
+                    prefills: list[float] | None = None) -> list[float]:
+    """Seconds of one forward of each (model, width) job over `width` tokens after `context`,
+    called the way the loop calls it (argmax + one host sync): the median of the timed tries, not
+    the fastest, since on a shared VM one lucky try would set a width's cost (docs/cost-model.md).
+    The jobs take turns, so drift hits them alike; each model is prefilled once (Probe).
+
+    Tries: one to warm the shapes up, then `repeats` timed ones; with repeats None,
+    PROBE_REPEATS, or SLOW_REPEATS once a 1-token forward is seen to take over SLOW_STEP_S.
+    A job is (model, width), or (model, width, form) to time that width in that matmul form
+    (linear, weight_major or packed; kernels.py). `prefills` gets each model's prefill seconds."""
+    probes = {}
+    for lm, *_ in jobs:
+        if id(lm) not in probes:
+            probes[id(lm)] = Probe(lm, context, max(job[1] for job in jobs if job[0] is lm))
+            if prefills is not None and len(context) > 1:
+                prefills.append(probes[id(lm)].prefill_s)
+    times: list[list[float]] = [[] for _ in jobs]
+    tries = 0
+    while tries <= (repeats or PROBE_REPEATS):  # try 0 warms the shapes up
+        for (lm, width, *form), out in zip(jobs, times):
+            if form:
+                set_form(lm.weight_major, width, form[0])
+            ids = torch.tensor([(context * width)[-width:]], device=lm.device)  # [1, width]
+            _sync(lm.device)
+            start = time.perf_counter()
+            probes[id(lm)].forward(ids).argmax(-1).tolist()
+            out.append(time.perf_counter() - start)
+            probes[id(lm)].rollback(width)
+        tries += 1
+        if repeats is None and tries > SLOW_REPEATS and min(times[0][1:]) / jobs[0][1] > SLOW_STEP_S:
+            break  # a slow model: fewer timed tries (seconds, not minutes)
+    return [statistics.median(t[1:]) for t in times]
+
+
+class Probe:
+    """One model's cache for timing forwards after `context` (its prefill timed once, in
+    prefill_s), the way the loop runs that model: transformers' own cache, or, for a compiled
+    target (decoding.compile), the loop's fixed-capacity KVCache with its widths warmed untimed."""
+
+    def __init__(self, lm, context: list[int], widths: int):
+        self.lm, self.compiled = lm, getattr(lm, "compiled", None) is not None
+        if self.compiled:
+            self.cache = KVCache(lm, capacity=capacity_for(lm, len(context) + widths))
+            self.cache.warm(range(1, widths + 1))
+        else:
+            self.cache = lm.new_cache()
+        _sync(lm.device)
+        start = time.perf_counter()
+        if self.compiled:
+            self.cache.add(context)  # context[:-1] prefilled, as the loop adds a prompt
+        elif len(context) > 1:
+            lm.forward(torch.tensor([context[:-1]], device=lm.device), self.cache, keep=1)
+        _sync(lm.device)
+        self.prefill_s = time.perf_counter() - start
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [1, n] -> logits [n, V]."""
+        return self.cache.forward(ids)[0] if self.compiled else self.lm.forward(ids, self.cache)
+
+    def rollback(self, width: int) -> None:
+        if self.compiled:
+            self.cache.keep([0])
+        else:
+            self.cache.crop(-width)
+
+
+def probe_contexts(max_positions: int | None, widths: int) -> list[int]:
+    """A short and a long context that bracket a typical request (a chat-templated prompt is
+    rarely under 64 tokens; the long one as long as a typical request gets)."""
+    long = 512 if max_positions is None else max(16, min(512, max_positions - widths - 1))
+    return [min(64, long // 2), long]
+
+
+def measure_target(target, widths: int) -> tuple[list[int], list[list[float]], tuple[list[int], list[int]], list[float]]:
+    """Verify cost n = 1..widths after a short and a long context (one prefill per context,
+    timed too, then every width timed in turn), with the matmul form chosen first for each
+    width. Returns (contexts, verify seconds, (weight-major widths, packed widths), prefill seconds)."""
+    contexts = probe_contexts(target.max_positions, widths)
+    capacity_for(target, max(contexts) + widths)  # compiled: one capacity for both contexts (one set of graphs)
+    forms = choose_forms(target, widths, probe_ids(target, contexts[0]))
+    verify, prefills = [], []
+    for length in contexts:
+        verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], probe_ids(target, length),
+                                      prefills=prefills))
+    return contexts, verify, forms, prefills
+
+
+FORMS = ("linear", "weight_major", "packed")
+
+
+def set_form(switch, n: int, form: str) -> None:
+    """Point a [1, n] forward at one form (any other batch-1 width back to F.linear; batched
+    rectangles untouched)."""
+    use_forms(switch, [n] if form == "weight_major" else [], [n] if form == "packed" else [])
+
+
+def use_forms(switch, major: list[int], packed: list[int]) -> None:
+    """Switch batch-1 widths on as chosen (the profile's choice)."""
+    switch.widths = frozenset(major)
+    switch.packed = frozenset(key for key in switch.packed if key[0] > 1) | {(1, n) for n in packed}
+
+
+def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], list[int]]:
+    """For every width n = 1..widths (the greedy step's too), the matmul form the target's [1, n]
+    forward is fastest in: F.linear unless W @ xᵀ or oneDNN's prepacked weights (where they run)
+    measured at least 3 % faster, the forms timed in turn (kernels.py). They stay switched on.
+    Returns (weight-major widths, packed widths); ([], []) for a target without the switch (a
+    GPU, a toy). matmuls all / packed: every width in that form, untimed (an exactness audit)."""
+    switch = getattr(target, "weight_major", None)
+    if switch is None:
+        return [], []
+    every = list(range(1, widths + 1))
+    packs = kernels.can_pack(target.model)
+    if switch.mode in ("all", "packed"):
+        major, packed = (every, []) if switch.mode == "all" or not packs else ([], every)
+    else:
+        offered = FORMS if packs else FORMS[:2]
+        jobs = [(target, n, form) for n in every for form in offered]
+        seconds = dict(zip([(n, form) for _, n, form in jobs], forward_seconds(jobs, context)))
+        best = {n: min(offered, key=lambda form: seconds[n, form]) for n in every}
+        best = {n: form if seconds[n, form] < 0.97 * seconds[n, "linear"] else "linear" for n, form in best.items()}
+        major = [n for n in every if best[n] == "weight_major"]
+        packed = [n for n in every if best[n] == "packed"]
+    use_forms(switch, major, packed)
+    if not packed and not any(key[0] > 1 for key in switch.packed):
+        switch.unpack()  # copies made while timing, not chosen
+    return major, packed
+
+
+def probe_ids(target, length: int) -> list[int]:
+    """`length` token ids to measure after: any ids will do."""
+    return [(7 * i + 3) % min(target.vocab_size, 1000) for i in range(length)]
+
+
+# ---------------------------------------------------------------------------- the cache
+def model_key(target, ref: str, revision: str | None) -> dict:
+    """What a measurement depends on. A local file is named by its path, size and mtime, so a
+    replaced file is re-measured."""
+    name = ref
+    path = Path(ref)
+    if path.is_file():
+        st = path.stat()
+        name = f"{path.resolve()}:{st.st_size}:{int(st.st_mtime)}"
+    dtype = getattr(getattr(target, "model", None), "dtype", None)
+    return {"model": name, "revision": revision, "device": str(target.device),
+            "dtype": str(dtype or "n/a").removeprefix("torch."), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "matmuls": matmuls(target), "version": VERSION}
+
+
+def matmuls(target) -> str:
+    """The target's matmul mode (kernels.ForwardPolicy): what its profile was measured under."""
+    if getattr(target, "compiled", None) is not None:
+        return "compiled"  # decoding.compile: inductor's forms, timed through the compiled forwards
+    switch = getattr(target, "weight_major", None)
+    return switch.mode if switch is not None else "off"
+
+
+def _path(key: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return cache_dir("costs") / f"{digest}.json"
+
+
+def _warn(message: str) -> None:
+    print(f"Warning: {message}", file=sys.stderr)
+
+
+def read(key: dict) -> CostProfile | None:
+    path = _path(key)
+    if not path.exists():
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        profile = CostProfile(**{k: raw[k] for k in ("key", "contexts", "verify_s", "draft_s", "measured_s")},
+                              batch_s=raw.get("batch_s", {}), weight_major=raw.get("weight_major", []),
+                              packed=raw.get("packed", []),
+                              batch_weight_major=raw.get("batch_weight_major", {}),
+                              batch_packed=raw.get("batch_packed", {}),
+                              prefill_s=raw.get("prefill_s", []))
+        ok = (profile.key == key and len(profile.contexts) == len(profile.verify_s) >= 1
+              and isinstance(profile.draft_s, dict) and isinstance(profile.batch_s, dict)
+              and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.verify_s)
+              and all(isinstance(v, (int, float)) and v >= 0 for v in profile.draft_s.values())
+              and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.batch_s.values())
+              and all(isinstance(ns, list) and all(type(n) is int and 1 <= n <= profile.widths for n in ns)
+                      for ns in (profile.weight_major, profile.packed))
+              and isinstance(profile.prefill_s, list)
+              and len(profile.prefill_s) in (0, len(profile.contexts))
+              and all(isinstance(x, (int, float)) and x > 0 for x in profile.prefill_s)
+              and all(isinstance(forms, dict) and all(rows in profile.batch_s and isinstance(ns, list)
+                                                      and all(type(n) is int and 2 <= n <= profile.widths for n in ns)
+                                                      for rows, ns in forms.items())
+                      for forms in (profile.batch_weight_major, profile.batch_packed)))
+        if not ok:
+            raise ValueError("fields do not fit")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        _warn(f"cost profile {path} is unreadable ({type(e).__name__}: {str(e)[:80]}); measuring again")
+        return None
+    profile.cached = True
+    return profile
+
+
+def write(profile: CostProfile) -> None:
+    """Best effort: a cache that cannot be written (read-only, full) is skipped, once, quietly
+    but for one warning line."""
+    path = _path(profile.key)
+    data = {k: v for k, v in asdict(profile).items() if k not in ("cached", "timed")}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(data, indent=1), "cost profile")
+    except Exception as e:  # noqa: BLE001 - caching is an optimisation, never a failure
+        _warn(f"cannot write the cost profile to {path.parent} ({type(e).__name__}); running without the cache")
+
+
+def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = MIN_WIDTHS,
+            remeasure: bool = False) -> CostProfile:
+    """The cost profile for `target` and the drafts that cost time (label -> draft with
+    step_seconds): read from the cache, or measured (and cached). A cached profile missing a
+    width or a draft is completed by measuring what it lacks."""
+    key = model_key(target, ref, revision)
+    widths = max(widths, MIN_WIDTHS)
+    found = None if remeasure else read(key)
+    start = time.perf_counter()
+    if found is None or found.widths < widths:
+        contexts, verify, (major, packed), prefills = measure_target(target, widths)
+        found = CostProfile(key, contexts, verify, {}, weight_major=major, packed=packed, prefill_s=prefills)
+    elif getattr(target, "weight_major", None) is not None:
+        use_forms(target.weight_major, found.weight_major, found.packed)  # the forms the curve was measured with
+    missing = {label: d for label, d in drafts.items() if label not in found.draft_s}
+    if missing:
+        context = probe_ids(target, found.contexts[0])
+        for label, draft in missing.items():
+            found.draft_s[label] = draft.step_seconds(context)
+    if found.cached and not missing:
+        return found
+    found.measured_s += time.perf_counter() - start
+    save(found)
+    return found
+
+
+def with_batch(found: CostProfile, rows: int,
+               measure: Callable[[int], tuple[list[float], list[int], list[int]]]) -> CostProfile:
+    """`found` with the cost of a [rows, n] verify (n = 1..widths) and the n whose matmuls
+    take W @ xᵀ or the prepacked weights (kernels.py): measure(widths) -> (seconds, those n,
+    these n), once per batch size, cached with the rest of the profile."""
+    if str(rows) not in found.batch_s:
+        start = time.perf_counter()
+        found.batch_s[str(rows)], found.batch_weight_major[str(rows)], found.batch_packed[str(rows)] = measure(found.widths)
+        found.measured_s += time.perf_counter() - start
+        save(found)
+    return found
+
+
+def save(found: CostProfile) -> None:
+    write(found)
+
+
+def fixed(curve: list[float], draft_cost: float = 0.0, label: str = "draft") -> CostProfile:
+    """A made-up profile (v(n) = curve[n-1] steps, c = draft_cost) for tests and toys."""
+    return CostProfile({"model": "fixed"}, [1], [list(curve)], {label: draft_cost * curve[0]}, timed=False)

@@ -1,0 +1,318 @@
+"""The KV cache the decode loop owns: B >= 1 rows, each at its own length; rollback = lower a length.
+
+`KVCache` serves a transformers target. Each layer keeps K and V in buffers [rows, H, capacity, D]
+written in place; row i owns columns 0..length[i]-1, position ids are columns, and a forward's
+mask shows query s of row i the columns j <= length[i] + s (and, in a sliding-window layer, only
+the last `window` of them). Why not transformers' DynamicCache: it concatenates the whole cache
+every forward, and rows that reject different amounts of a verify would leave holes.
+
+Shapes (the forward policy's `shapes`, docs/shapes.md):
+  free    a forward is [live rows, d+1] over the columns in use: the least work;
+  pinned  every decode-phase forward is [rows, W] over all `capacity` columns: the round's tokens,
+          then padding (outputs dropped, cache entries overwritten by the next forward), rows
+          that are not live padded too. One shape means the same kernels every time, so a
+          position's logits are bitwise the same decoded alone (greedy) or inside a verify.
+Under decoding.compile the buffer's capacity is fixed in free shapes too (`fixed`; capacity_for),
+so each forward width is one static shape for the compiled model (kernels.compiled).
+`SerialCache` serves any other target behind the small model interface (the toy, plan's replay):
+a cache per row, rows fed one by one.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from contextlib import contextmanager
+
+import torch
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from specdec_cli.errors import SpecdecError
+
+PAD = 0  # the id that fills a pinned forward's unused slots (any id will do: its outputs are dropped)
+CAPACITY_STEP = 256  # a compiled target's KV capacities are multiples of this (capacity_for)
+
+
+def capacity_for(lm, columns: int) -> int:
+    """The KV capacity a request needing `columns` gets. A compiled target (decoding.compile) has a
+    graph per capacity, so its capacity is a multiple of CAPACITY_STEP and never shrinks: requests,
+    and the cost profile's probes, share one set of graphs."""
+    if getattr(lm, "compiled", None) is None:
+        return columns
+    lm.capacity = max(lm.capacity, -(-columns // CAPACITY_STEP) * CAPACITY_STEP)
+    return lm.capacity
+
+
+def to_device(values: list, device) -> torch.Tensor:
+    """Host ints as a long tensor on `device`. On a GPU through pinned memory, asynchronously: a
+    plain copy from pageable memory synchronizes, and a round allows itself one host sync."""
+    host = torch.tensor(values, dtype=torch.long)
+    if torch.device(device).type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def prefill(lm, cache, prompt: list[int]) -> int:
+    """Cache every prompt token but the last (the first round feeds it). Returns forwards made."""
+    if len(prompt) < 2:
+        return 0
+    lm.forward(to_device([prompt[:-1]], lm.device), cache, keep=1)  # logits unused
+    return 1
+
+
+class SerialCache:
+    """Any target behind the small model interface: one cache per row, rows fed one by one.
+    Pinned (`width` W): each row's forward is padded to W tokens, as KVCache pads."""
+
+    def __init__(self, target, width: int | None = None):
+        self.target, self.width, self.caches, self.fed = target, width, [], 0
+
+    def add(self, prompt: list[int], prefix=None) -> int:
+        """A new last row holding prompt[:-1] (a copy of `prefix` when given); returns the forwards made."""
+        if prefix is not None:
+            self.caches.append(copy.deepcopy(prefix))
+            return 0
+        self.caches.append(self.target.new_cache())
+        return prefill(self.target, self.caches[-1], prompt)
+
+    def select(self, rows: list[int]) -> None:
+        self.caches = [self.caches[i] for i in rows]
+
+    def warm(self, widths) -> None:
+        """Nothing to compile here (KVCache.warm)."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, S] -> logits [B, S, V]; appends S positions (W when pinned) to every row."""
+        s = ids.shape[1]
+        if self.width is not None:
+            ids = torch.cat([ids, ids.new_full((ids.shape[0], self.width - s), PAD)], 1)
+        self.fed = ids.shape[1]
+        return torch.stack([self.target.forward(ids[i : i + 1], c)[:s] for i, c in enumerate(self.caches)])
+
+    def keep(self, kept: list[int]) -> None:
+        """Row i keeps the first kept[i] of the positions just fed."""
+        for cache, n in zip(self.caches, kept):
+            cache.crop(n - self.fed)
+
+
+class KVLayer(DynamicLayer):
+    """One decoder layer of KVCache' cache: K and V buffers [rows, H, capacity, D] written in
+    place. `update` writes each row's new positions at that row's own columns (owner.at) and
+    hands attention the first owner.columns columns: a view, no copy."""
+
+    def __init__(self, owner: KVCache, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.owner, self.keys, self.values, self.is_initialized = owner, keys, values, True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        b, width = key_states.shape[0], self.owner.columns
+        at = self.owner.at.to(key_states.device).expand_as(key_states)  # device_map: auto spreads the layers
+        self.keys[:b].scatter_(2, at, key_states)
+        self.values[:b].scatter_(2, at, value_states)
+        return self.keys[:b, :, :width], self.values[:b, :, :width]
+
+    def get_seq_length(self) -> int:
+        return self.owner.columns
+
+
+class KVCache:
+    """An HFLM's rows (see the module doc): add, select, forward [B, S], keep."""
+
+    COLUMNS = 64  # free shapes: the buffers' first width; they double when a forward needs more
+
+    def __init__(self, lm, card_name: str = "the target", rows: int = 1, width: int | None = None,
+                 capacity: int | None = None):
+        self.lm, self.columns, self.lengths = lm, 0, []
+        self.width, self.rows = width, rows  # pinned: every forward [rows, width] over `capacity` columns
+        # fixed: every forward over all `capacity` columns (pinned, or a compiled target: a static shape per width)
+        self.fixed = width is not None or lm.compiled is not None
+        problem = unsupported(lm)
+        if problem:
+            raise SpecdecError(f"{card_name}: {problem}")
+        self.attention = lm.config._attn_implementation
+        probe = _probe(lm)
+        text = lm.config.get_text_config(decoder=True)
+        self.window = getattr(text, "sliding_window", None)
+        kinds = {type(layer) is DynamicSlidingWindowLayer for layer in probe.layers}
+        self.sliding = "mixed" if len(kinds) == 2 else "all" if True in kinds else None  # mixed: a mask per layer type
+        first = capacity if self.fixed else self.COLUMNS
+        self.cache = lm.new_cache()
+        self.cache.layers = [KVLayer(self, *(t.new_zeros(rows, t.shape[1], first, t.shape[3])
+                                              for t in (layer.keys, layer.values))) for layer in probe.layers]
+
+    @property
+    def capacity(self) -> int:
+        return self.cache.layers[0].keys.shape[2]
+
+    def _reserve(self, rows: int, width: int) -> None:
+        """Buffers for at least `rows` rows and `width` columns (doubling, old contents kept)."""
+        have = self.cache.layers[0].keys
+        if rows <= have.shape[0] and width <= have.shape[2]:
+            return
+        if self.fixed:  # one capacity, fixed when the request's size was known
+            raise SpecdecError(f"fixed-capacity KV buffer of {have.shape[0]} rows x {have.shape[2]} columns is too small "
+                               f"for {rows} rows x {width} columns")
+        rows, width = max(rows, have.shape[0]), max(width, 2 * have.shape[2])
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                old = getattr(layer, name)
+                new = old.new_zeros(rows, old.shape[1], width, old.shape[3])
+                new[: old.shape[0], :, : old.shape[2]] = old
+                setattr(layer, name, new)
+
+    def add(self, prompt: list[int], prefix=None) -> int:
+        """A new last row holding prompt[:-1]: prefilled alone, the same way in every mode (or
+        copied from `prefix`, a cache holding that prefill). Returns the forwards made."""
+        alone, forwards = (prefix, 0) if prefix is not None else (self.lm.new_cache(), None)
+        if forwards is None:
+            forwards = prefill(self.lm, alone, prompt)
+        row, n = len(self.lengths), len(prompt) - 1
+        self._reserve(row + 1, n)
+        if n:
+            for layer, own in zip(self.cache.layers, alone.layers):
+                m = own.keys.shape[2]  # a sliding layer may hold only the last positions
+                layer.keys[row, :, n - m : n], layer.values[row, :, n - m : n] = own.keys[0], own.values[0]
+        self.lengths.append(n)
+        return forwards
+
+    def warm(self, widths) -> None:
+        """Under decoding.compile, run each forward shape [rows, n] the loop will take once now
+        (pinned: n = W; free: n in `widths`), padding only: outputs dropped, the columns written
+        are overwritten later. So compiles fall before any request's clock starts. A shape the
+        target has run is skipped; without compile, nothing to do."""
+        if self.lm.compiled is None:
+            return
+        for n in [self.width] if self.width is not None else widths:
+            key = (self.rows, n, self.capacity)
+            if key not in self.lm.warmed:
+                lengths, self.lengths = self.lengths, [0] * self.rows
+                self.forward(torch.zeros(self.rows, n, dtype=torch.long, device=self.lm.device))
+                self.lengths = lengths
+                self.lm.warmed.add(key)
+
+    def select(self, rows: list[int]) -> None:
+        """Keep these rows, in this order, as rows 0..len(rows)-1."""
+        if rows == list(range(len(rows))):  # the first rows stay where they are: nothing to move
+            self.lengths = self.lengths[: len(rows)]
+            return
+        width = max((self.lengths[i] for i in rows), default=0)
+        for layer in self.cache.layers:
+            at = to_device(rows, layer.keys.device)
+            layer.keys[: len(rows), :, :width] = layer.keys[at, :, :width]
+            layer.values[: len(rows), :, :width] = layer.values[at, :, :width]
+        self.lengths = [self.lengths[i] for i in rows]
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, S] -> logits [B, S, V]: each row's S positions at its own columns (pinned: fed
+        as [rows, W], padded)."""
+        b, s = ids.shape
+        lengths = self.lengths
+        if self.width is not None:
+            ids = torch.cat([ids, ids.new_full((b, self.width - s), PAD)], 1)
+            ids = torch.cat([ids, ids.new_full((self.rows - b, self.width), PAD)])
+            lengths = lengths + [0] * (self.rows - b)  # rows not live: padding at their own columns
+        fed = ids.shape[1]
+        positions = to_device(lengths, ids.device)[:, None] + torch.arange(fed, device=ids.device)
+        self.columns = self.capacity if self.fixed else max(lengths) + fed
+        self._reserve(len(lengths), max(lengths) + fed)
+        self.at = positions[:, None, :, None]  # [B, 1, S, 1]: where each new position is written
+        column = torch.arange(self.columns, device=ids.device)
+        visible = column <= self.at  # [B, 1, S, columns]
+        mask = self._mask(visible)
+        if self.sliding:  # a sliding layer sees only the last `window` columns
+            window = self._mask(visible & (column > self.at - self.window))
+            mask = {"full_attention": mask, "sliding_attention": window} if self.sliding == "mixed" else window
+        with _grouped_attention(ids.device.type == "cpu"):
+            logits = self.lm.run(ids, self.cache, start=lengths[0], fixed=self.fixed,
+                                 attention_mask=mask, position_ids=positions)
+        return logits[:b, :s]
+
+    def _mask(self, visible: torch.Tensor) -> torch.Tensor:
+        if self.attention != "eager":
+            return visible
+        dtype = self.cache.layers[0].keys.dtype  # eager adds its mask to the scores
+        return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill(~visible, torch.finfo(dtype).min)
+
+    def keep(self, kept: list[int]) -> None:
+        """Row i keeps the first kept[i] fed positions (the rest are written over next time)."""
+        self.lengths = [n + k for n, k in zip(self.lengths, kept)]
+
+
+_PROBES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _probe(lm):
+    """A cache holding one position, from one 1-token forward: each layer's K/V shape, dtype and
+    device. Made once per model (and again if its dtype or device changes), not once per request."""
+    key = (lm.model.dtype, lm.device)
+    if _PROBES.get(lm, (None,))[0] != key:
+        probe = lm.new_cache()
+        lm.forward(torch.zeros(1, 1, dtype=torch.long, device=lm.device), probe)
+        _PROBES[lm] = (key, probe)
+    return _PROBES[lm][1]
+
+
+def unsupported(lm) -> str | None:
+    """Why KVCache cannot hold this transformers model's cache (None: it can)."""
+    attention = lm.config._attn_implementation
+    if attention not in ("sdpa", "eager"):
+        return f"attention {attention!r} takes no per-row mask here (specdec's KV cache runs sdpa or eager attention)"
+    odd = sorted({type(layer).__name__ for layer in lm.new_cache().layers
+                  if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer)})
+    if odd:
+        return (f"the cache has {', '.join(odd)} layers (neither full nor sliding-window attention), "
+                "which specdec's KV cache cannot hold")
+    return None
+
+
+def cache_for(target, card_name: str = "the target", rows: int = 1, width: int | None = None,
+             capacity: int | None = None):
+    """The loop's cache for `target`: KVCache for a transformers model, SerialCache otherwise (and
+    for a transformers model KVCache cannot hold, one request at a time in free shapes: its own
+    cache, rolled back with crop). `width` W pins every forward to [rows, W] over `capacity`
+    columns (None: free shapes)."""
+    from specdec_cli.engine.models import HFLM
+
+    if not isinstance(target, HFLM):
+        return SerialCache(target, width)
+    problem = unsupported(target)
+    if problem and rows == 1 and width is None:
+        return SerialCache(target, width)
+    if problem and rows > 1:
+        raise SpecdecError(f"--batch: {card_name}: {problem}; use --batch 1")
+    if target.keep_hidden and rows > 1:
+        raise SpecdecError("--batch: a features draft reads the target's batch-1 hidden states; use --batch 1")
+    return KVCache(target, card_name, rows, width, capacity)
+
+
+@contextmanager
+def _grouped_attention(on: bool):
+    """transformers' sdpa, given a mask and S > 1 queries, copies K and V once per query head
+    (repeat_kv). Here each key/value head's G query heads ride in the query dimension instead
+    ([B, H, S, D] -> [B, KV, G*S, D], the mask repeated to match), as transformers' own
+    pack_gqa does for one query: the cache is read in place, by one plain sdpa call per layer
+    (docs/kernels.md has the timings). Not on a GPU, where sdpa's fused kernels take GQA with
+    a mask their own way."""
+    if not on:
+        yield
+        return
+    plain = ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+    def grouped(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        if attention_mask is None or attention_mask.dtype != torch.bool or kwargs.get("softcap") is not None:
+            return plain(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        b, h, s, d = query.shape  # query [B, H, S, D]; key, value [B, KV, width, D]; mask [B, 1, S, width]
+        g = h // key.shape[1]  # head h = kv * g + j (repeat_kv's order) -> row j * S + s of head kv
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query.reshape(b, h // g, g * s, d), key, value, attn_mask=attention_mask.repeat(1, 1, g, 1),
+            dropout_p=dropout, scale=scaling)
+        return out.view(b, h, s, d).transpose(1, 2).contiguous(), None  # [B, S, H, D], as transformers' sdpa
+
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = grouped  # a local override of the shared registry...
+    try:
+        yield
+    finally:
+        del ALL_ATTENTION_FUNCTIONS["sdpa"]  # ...dropped, so the library-wide entry shows through again
+        if ALL_ATTENTION_FUNCTIONS["sdpa"] is not plain:  # someone else's local override was there before
+            ALL_ATTENTION_FUNCTIONS["sdpa"] = plain

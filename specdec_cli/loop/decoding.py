@@ -1,0 +1,214 @@
+"""The decode loop: one loop for plain and speculative decoding, greedy and sampled, over B >= 1 rows.
+
+A *verifier* is the only thing that differs between greedy and sampling (how proposals are
+drawn and accepted); a *draft* that proposes nothing turns the loop into plain decoding (one
+target step per token); a *schedule* (schedule.py) wraps a draft and picks each round's
+proposal length; the *cache* (kvcache.py) holds every row's K/V and pins the forward's shape when
+asked. `decode` (one prompt) and `decode_rows` (many, `batch` at a time, continuous batching)
+are the one loop; `greedy_decode`, `speculative_decode` and sampling.py's two are it with those
+parts filled in.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+
+from specdec_cli.loop.metrics import Round, Stats
+from specdec_cli.engine.kvcache import prefill, cache_for, capacity_for, to_device  # noqa: F401  (prefill: re-exported)
+
+
+@dataclass
+class Result:
+    tokens: list[int]  # generated ids, prompt excluded
+    stats: Stats
+    rounds: list[Round] = field(default_factory=list)  # speculative only
+    logits: list[torch.Tensor] | None = None  # with trace: the target's logits row [V] for each token
+
+
+def stop(new: list[int], emitted: int, max_tokens: int, eos: frozenset[int]) -> tuple[list[int], bool]:
+    """Trim `new` after the first EOS (inclusive) and at max_tokens; say whether we are done."""
+    room = max_tokens - emitted
+    for i, token in enumerate(new[:room]):
+        if token in eos:
+            return new[: i + 1], True
+    return new[:room], len(new) >= room
+
+
+def _elapsed(start: float, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+class NoDraft:
+    """Proposes nothing: the loop becomes plain decoding, one target forward per token."""
+
+    name, forwards, free = "none", 0, True
+
+    def __init__(self, device):
+        self.empty = torch.empty(0, dtype=torch.long, device=device)  # allocated once: no copy per round
+
+    def begin(self, prompt: list[int]) -> None:
+        pass
+
+    def propose(self, tokens: list[int], k: int) -> torch.Tensor:
+        return self.empty
+
+    def propose_sampled(self, tokens: list[int], k: int, warp, generator) -> tuple[torch.Tensor, None]:
+        return self.empty, None
+
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
+        pass
+
+
+class Greedy:
+    """Greedy verification: accept the leading run of proposals equal to the target's argmax;
+    the target's argmax right after that run is the correction (or, after a full accept, the
+    bonus). Exact token for token: every emitted token is the target's own argmax."""
+
+    def propose(self, draft, tokens: list[int], d: int) -> tuple[torch.Tensor, None]:
+        return draft.propose(tokens, d), None
+
+    def verify(self, logits: torch.Tensor, proposal: torch.Tensor, q) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits [d+1, V], proposal [d] -> (accepted n: 0-dim, emitted [d+1]); rows 0..n of
+        `emitted` are the round's tokens (proposal[:n] + the target's token). No host sync."""
+        choice = logits.argmax(-1)  # [d+1]: the target's token after each prefix
+        n = (proposal == choice[: proposal.shape[0]]).int().cumprod(0).sum()  # leading matches
+        return n, choice  # choice[:n] == proposal[:n], choice[n] = correction/bonus
+
+
+GREEDY = Greedy()
+
+
+def fork(draft):
+    """A draft for one row of a batch: the wrapper chain copied (a schedule's state too), models shared."""
+    twin = copy.copy(draft)
+    if hasattr(draft, "draft"):
+        twin.draft = fork(draft.draft)
+    if hasattr(draft, "schedule"):
+        twin.schedule = copy.copy(draft.schedule)
+    return twin
+
+
+@dataclass
+class Request:
+    """One prompt's state in the loop. Invariant at the top of every round: tokens = prompt +
+    out; the cache row holds tokens[:-1] and `last` is tokens[-1] on the target's device; the
+    draft has been told every round's outcome (update), so its state matches `tokens`."""
+
+    index: int  # the prompt's place in the input
+    prompt: list[int]
+    draft: object
+    verifier: object
+    last: torch.Tensor  # [1]
+    start: float = field(default_factory=time.perf_counter)
+    out: list[int] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
+    stats: Stats = field(default_factory=Stats)
+    done: bool = False
+    logits: list | None = None  # with trace: one row [V] per emitted token
+
+    def __post_init__(self):
+        self.tokens, self.forwards0 = list(self.prompt), self.draft.forwards
+
+    def result(self, device) -> Result:
+        self.stats.draft_forwards = self.draft.forwards - self.forwards0
+        self.stats.wall_s = _elapsed(self.start, device)  # this request's latency: entry to finish
+        return Result(self.out, self.stats, self.rounds, self.logits)
+
+
+def round_(cache, live: list[Request], k: int, max_tokens: int, eos: frozenset[int], lengths=None, timed=None) -> None:
+    """One round for every live row: draft, ONE verify forward [B, d+1], per-row accept and rollback.
+    The round's only host sync is one `.tolist()` (accepted counts + tokens); tokens fed back
+    to the target and the drafts stay on the device."""
+    caps = [min(k, max_tokens - len(r.out) - 1) for r in live]  # never draft past the end
+    if lengths is not None:  # the cost schedule's one d for the batch
+        lengths.pin(live, caps)
+    drafts = [r.verifier.propose(r.draft, r.tokens, cap) for r, cap in zip(live, caps)]
+    d = max(p.shape[0] for p, _ in drafts)  # the rectangle [B, d+1]; shorter proposals padded, never verified
+    ids = torch.stack([torch.cat([r.last, p, r.last.new_zeros(d - p.shape[0])]) for r, (p, _) in zip(live, drafts)])
+    clock = time.perf_counter()
+    logits = cache.forward(ids)  # [B, d+1, V]
+    verdicts = [r.verifier.verify(logits[i, : p.shape[0] + 1], p, q) for i, (r, (p, q)) in enumerate(zip(live, drafts))]
+    flat = torch.cat([torch.cat([n.view(1), e]) for n, e in verdicts]).tolist()  # the round's one host sync
+    if timed:  # a draft that learns what verifies cost (the cost schedule), at batch 1
+        timed(cache.width or d + 1, time.perf_counter() - clock, len(live[0].tokens))  # pinned: always W wide
+    kept, at = [], 0
+    for i, (r, (p, _), (_, emitted)) in enumerate(zip(live, drafts, verdicts)):
+        n, chosen = flat[at], flat[at + 1 : at + p.shape[0] + 2]
+        at += p.shape[0] + 2
+        kept.append(n + 1)  # the row now holds tokens + proposal[:n] (+ the last token fed)
+        new, r.done = stop(chosen[: n + 1], len(r.out), max_tokens, eos)  # accepted + correction/bonus
+        if r.logits is not None:
+            r.logits += list(logits[i, : len(new)].float().cpu())
+        fresh = emitted[: len(new)]  # `new`, still on the device
+        r.last = fresh[-1:]
+        r.tokens += new
+        r.out += new
+        r.draft.update(r.tokens, n, fresh)
+        r.rounds.append(Round(drafted=p.shape[0], accepted=n, emitted=len(new)))
+        r.stats.observe(r.rounds[-1])
+    cache.keep(kept)
+
+
+@torch.inference_mode()
+def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int, eos: frozenset[int],
+                batch: int = 1, verifier: Callable[[], object] = lambda: GREEDY, card_name: str = "the target",
+                lengths=None, width: int | None = None, prefix=None, trace: bool = False) -> Iterator[tuple[int, Result]]:
+    """Decode many prompts, `batch` rows at a time: yields (prompt index, Result) as rows
+    finish; a waiting prompt takes a finished row's place at once (continuous batching).
+    At batch > 1 `draft` is forked per row; `verifier()` makes each row's verifier; `lengths`
+    (cost schedule) chooses each round's d for the batch. `width` W pins every forward to
+    [batch, W] (None: free shapes); `prefix`: a cache holding the prompt's prefill, copied
+    (many sampling draws of one prompt); `trace` keeps each emitted token's logits row."""
+    width = width if width is None else max(width, k + 1)
+    capacity = capacity_for(target, max(map(len, prompts), default=1) + max_tokens + (width or 0))
+    cache = cache_for(target, card_name, batch, width, capacity)
+    cache.warm(range(1, k + 2))  # decoding.compile: new shapes compile now, before any request's clock starts
+    timed = None if batch > 1 or getattr(target, "replayed", False) else getattr(draft, "observe_verify", None)
+    waiting, live = deque(enumerate(prompts)), []
+    while waiting or live:
+        while waiting and len(live) < batch:
+            index, prompt = waiting.popleft()
+            r = Request(index, prompt, fork(draft) if batch > 1 else draft, verifier(),
+                        to_device([prompt[-1]], target.device), logits=[] if trace else None)
+            r.stats.target_forwards = cache.add(prompt, prefix)
+            r.draft.begin(prompt)
+            live.append(r)
+        round_(cache, live, k, max_tokens, eos, lengths, timed)
+        for r in live:
+            if r.done:
+                yield r.index, r.result(target.device)
+        stay = [i for i, r in enumerate(live) if not r.done]
+        if len(stay) < len(live):
+            cache.select(stay)
+            live = [live[i] for i in stay]
+
+
+def decode(target, draft, prompt: list[int], k: int, max_tokens: int, eos: frozenset[int],
+           verifier=GREEDY, prefix=None, width: int | None = None, trace: bool = False) -> Result:
+    """One prompt through the loop. Each round the draft proposes d <= k tokens; the target
+    scores them all in one forward; the verifier keeps a leading run of them plus one token of
+    the target's (correction or bonus). With a draft that proposes nothing this is plain decoding."""
+    return next(decode_rows(target, draft, [prompt], k, max_tokens, eos, 1, lambda: verifier,
+                            width=width, prefix=prefix, trace=trace))[1]
+
+
+def greedy_decode(target, prompt: list[int], max_tokens: int, eos: frozenset[int], width: int | None = None,
+                  trace: bool = False) -> Result:
+    """The target alone, one token per forward: the reference speculative decoding must match
+    (pinned: at the same width W as the speculative run)."""
+    result = decode(target, NoDraft(target.device), prompt, 0, max_tokens, eos, width=width, trace=trace)
+    return Result(result.tokens, result.stats, [], result.logits)  # plain decoding has no rounds worth listing
+
+
+def speculative_decode(target, draft, prompt: list[int], k: int, max_tokens: int, eos: frozenset[int],
+                       width: int | None = None, trace: bool = False) -> Result:
+    """Greedy speculative decoding: output identical to greedy_decode, token for token."""
+    return decode(target, draft, prompt, k, max_tokens, eos, width=width, trace=trace)

@@ -1,0 +1,199 @@
+"""The data `specdec distill` trains on (distill.py): the target's own greedy continuations of
+training prompts, with the final hidden states (features) it computed on the way, made by HF
+`generate` in batches (left-padded) and cached per batch in the user cache, so a rerun skips
+what it already made; the draft's vocabulary; and padded training batches of them.
+
+Features: a hook on the target's decoder keeps the final hidden states f_i that `generate`
+computes anyway; the labels y_i are the greedy tokens it chose (no second pass).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from specdec_cli.errors import SpecdecError
+from specdec_cli.files import cache_dir, write_atomic
+from specdec_cli.cards.prompts import Prompt
+
+CACHE_FORMAT = "distill-batch/1"  # part of every cached batch's key: a new layout never reads an old file
+
+Report = Callable[[float, float, int, int], None]  # (done, total, training prompts, training tokens) so far
+
+
+@dataclass
+class Sequence:
+    """One prompt with the target's greedy answer: what the draft learns from (or is measured on)."""
+
+    ids: list[int]  # prompt + the target's greedy continuation
+    prompt_len: int
+    heldout: bool
+    features: torch.Tensor | None = None  # [S, H] f_i, float16
+    labels: torch.Tensor | None = None  # [S] y_i: the target's greedy token after position i (-1: in the prompt)
+
+
+def order_prompts(prompts: list[Prompt], seed: int) -> list[Prompt]:
+    """Shuffle within each category, then interleave the categories: any prefix is balanced."""
+    rng, groups = random.Random(seed), {}
+    for p in prompts:
+        groups.setdefault(p.category, []).append(p)
+    for group in groups.values():
+        rng.shuffle(group)
+    ordered, lists = [], list(groups.values())
+    for i in range(max(map(len, lists))):
+        ordered += [g[i] for g in lists if i < len(g)]
+    return ordered
+
+
+@torch.no_grad()
+def continuations(pair, batch: list[list[int]], max_new_tokens: int) -> list[Sequence]:
+    """The target's greedy continuations of a batch of prompt ids (left-padded `generate`), with
+    the features it computed on the way: a hook on the decoder keeps each call's final hidden
+    states (prefill: the prompts; then one position per step), so no second pass is needed.
+
+    A row generating g_1..g_n (cut after its first EOS) becomes ids = prompt + g_1..g_{n-1}
+    (g_n is never fed, so it has no feature) and labels y_i = g_{i-P+2} for i >= P-1: the
+    target's own greedy token after position i; -1 inside the prompt (no label needed there:
+    the draft only ever drafts after the prompt). Features are kept as float16."""
+    model, pad = pair.target.model, 0
+    width = max(map(len, batch))
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=pair.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=pair.device)
+    eos = sorted(pair.eos)
+    calls = []
+    hook = model.get_decoder().register_forward_hook(lambda m, a, o: calls.append(o[0].to("cpu", torch.float16)))
+    try:
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, min_new_tokens=1,
+                             do_sample=False, eos_token_id=eos or None, pad_token_id=eos[0] if eos else pad)
+    finally:
+        hook.remove()
+    generated = out[:, width:].tolist()
+    steps = torch.cat(calls[1:], dim=1) if len(calls) > 1 else calls[0][:, :0]  # [B, n-1, H]
+    if calls[0].shape[1] != width or steps.shape[1] != len(generated[0]) - 1:
+        raise SpecdecError(f"internal error: {type(model).__name__}.generate called its decoder in an unexpected "
+                           f"pattern ({[c.shape[1] for c in calls[:4]]}...), so its features cannot be kept")
+    result = []
+    for b, (prompt, row) in enumerate(zip(batch, generated)):
+        n = next((i + 1 for i, t in enumerate(row) if t in pair.eos), len(row))
+        feats = torch.cat([calls[0][b, width - len(prompt):], steps[b, : n - 1]])  # [P + n - 1, H]
+        labels = torch.tensor([-1] * (len(prompt) - 1) + row[:n])
+        result.append(Sequence(prompt + row[: n - 1], len(prompt), False, feats, labels))
+    return result
+
+
+def _save_batch(path: Path, seqs: list[Sequence]) -> None:
+    from safetensors.torch import save_file
+
+    save_file({"ids": torch.tensor([t for q in seqs for t in q.ids]), "labels": torch.cat([q.labels for q in seqs]),
+               "features": torch.cat([q.features for q in seqs]), "prompt_lens": torch.tensor([q.prompt_len for q in seqs]),
+               "lengths": torch.tensor([len(q.ids) for q in seqs])}, str(path))
+
+
+def _load_batch(path: Path) -> list[Sequence]:
+    from safetensors.torch import load_file
+
+    t = load_file(str(path))
+    seqs, at = [], 0
+    for n, p in zip(t["lengths"].tolist(), t["prompt_lens"].tolist()):
+        seqs.append(Sequence(t["ids"][at:at + n].tolist(), p, False, t["features"][at:at + n], t["labels"][at:at + n]))
+        at += n
+    return seqs
+
+
+def make_data(pair, prompts: list[Prompt], heldout: int, wanted: int | None, gen_batch: int, max_new_tokens: int,
+              fingerprint: str, deadline: float | None, report: Report) -> list[Sequence]:
+    """Held-out prompts first (`heldout`, at most a fifth of them), then training prompts, batch
+    by batch (`gen_batch` prompts a `generate` call) until the prompts run out, `wanted`
+    training prompts are done, or the deadline passes (whole batches only; with `wanted` given
+    the clock is ignored). Each batch is cached in the user cache (keyed by target, prompts and
+    length): a rerun reuses it."""
+    held = min(heldout, max(1, len(prompts) // 5))
+    want = len(prompts) - held if wanted is None else min(wanted, len(prompts) - held)
+    if want < 1:
+        raise SpecdecError(f"need at least {held + 1} prompts ({held} held out + 1 to train on), got {len(prompts)}")
+    encoded = [pair.tokenizer.encode(p.text, chat=pair.chat) for p in prompts[: held + want]]
+    limit = pair.target.max_positions
+    room = max_new_tokens if not limit else min(max_new_tokens, limit - max(map(len, encoded)))
+    if room < 1:
+        raise SpecdecError(f"training prompts leave no room to generate within the target's context window of {limit}")
+    seqs, start = [], time.monotonic()
+    chunks = [range(i, min(i + gen_batch, held)) for i in range(0, held, gen_batch)]
+    chunks += [range(i, min(i + gen_batch, held + want)) for i in range(held, held + want, gen_batch)]
+    for rows in chunks:
+        if deadline is not None and wanted is None and time.monotonic() > deadline and any(not q.heldout for q in seqs):
+            break
+        batch = [encoded[i] for i in rows]
+        key = hashlib.sha256(json.dumps([CACHE_FORMAT, fingerprint, room, batch]).encode()).hexdigest()[:32]
+        cached = cache_dir("distill", fingerprint[:16]) / f"{key}.safetensors"
+        try:
+            made = _load_batch(cached)
+        except Exception:  # noqa: BLE001 - absent or unreadable: make it again
+            made = continuations(pair, batch, room)
+            try:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(cached, lambda path: _save_batch(path, made), "distill cache")
+            except OSError:
+                pass  # the cache is an optimisation only
+        for i, q in zip(rows, made):
+            q.heldout = i < held
+        seqs += made
+        train = [q for q in seqs if not q.heldout]
+        report(time.monotonic() - start, (deadline - start) if deadline else 1, len(train), sum(len(q.ids) for q in train))
+    return seqs
+
+
+def draft_vocab(seqs: list[Sequence], size: int, target_vocab: int) -> torch.Tensor:
+    """`size` target ids for the draft's head (all of them when size >= the vocabulary): the
+    first `size` ids (byte-level BPE numbers tokens roughly by frequency; the head is then a
+    view of the target's, shared) or the `size` most frequent tokens of the training answers,
+    whichever covers more of the held-out answers. Ascending ids; ties prefer the prefix."""
+    if size >= target_vocab:
+        return torch.arange(target_vocab)
+    counts = Counter()
+    for q in seqs:
+        if not q.heldout:
+            counts.update(t for t in q.labels.tolist() if t >= 0)
+    frequent = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]]
+    seen = set(frequent)  # a corpus with fewer distinct tokens: fill up with the lowest other ids
+    frequent = sorted(frequent + [t for t in range(target_vocab) if t not in seen][: size - len(frequent)])
+    held = [t for q in seqs if q.heldout for t in q.labels.tolist() if t >= 0]
+    if sum(t < size for t in held) >= sum(t in seen for t in held):
+        return torch.arange(size)
+    return torch.tensor(frequent)
+
+
+class Batcher:
+    """Padded training batches: features [B, S, H], embeds [B, S+U, H], labels (draft rows,
+    -1 = outside the draft vocabulary or padding) [B, S], lengths [B]."""
+
+    def __init__(self, pair, seqs: list[Sequence], vocab_ids: torch.Tensor, unroll: int):
+        self.embed = pair.target.model.get_input_embeddings()
+        self.device, self.unroll = pair.device, unroll
+        row = torch.full((pair.target.vocab_size,), -1, dtype=torch.long)
+        row[vocab_ids] = torch.arange(vocab_ids.shape[0])
+        self.row = row.to(pair.device)
+        self.seqs = seqs
+
+    @torch.no_grad()
+    def __call__(self, items: list[Sequence]):
+        B, S = len(items), max(len(q.ids) for q in items)
+        H = items[0].features.shape[1]
+        feats = torch.zeros(B, S, H, device=self.device)
+        ids = torch.zeros(B, S + self.unroll, dtype=torch.long, device=self.device)
+        labels = torch.full((B, S), -1, dtype=torch.long, device=self.device)
+        lengths = torch.tensor([len(q.ids) for q in items], device=self.device)
+        for b, q in enumerate(items):
+            n = len(q.ids)
+            feats[b, :n] = q.features.to(self.device, torch.float32)
+            ids[b, :n] = torch.tensor(q.ids, device=self.device)
+            labels[b, :n] = torch.where(q.labels >= 0, self.row[q.labels.clamp(min=0).to(self.device)], -1)
+        embeds = self.embed(ids).float() * (torch.arange(S + self.unroll, device=self.device)[None] < lengths[:, None])[..., None]
+        return feats, embeds, labels, lengths
