@@ -28,3 +28,36 @@ def tiny_checkpoint(path: Path, words: list[str] = WORDS, seed: int = 0) -> Path
     logging.disable_progress_bar()
     LlamaForCausalLM(config).save_pretrained(path)
     return path
+
+
+def twin_checkpoints(folder: Path, config: Path, seed: int, init: float, noise: float = 0.02) -> tuple[Path, Path]:
+    """A tiny random target of `config`'s shape and its noisy twin (the target's weights plus
+    `noise` x each matrix's std, seeded) saved as local checkpoints `target/` and `draft/`, with a
+    word tokenizer whose ids are <unk>, <eos>, w2, w3, ... (so "w40 w41" encodes to [40, 41]).
+    Weights ~ N(0, init^2): large enough that the greedy text varies instead of repeating."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+    from transformers.utils import logging
+
+    fields = json.loads(config.read_text())
+    vocab = {w: i for i, w in enumerate(["<unk>", "<eos>", *(f"w{i}" for i in range(2, fields["vocab_size"]))])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    shape = AutoConfig.for_model(**{**fields, "initializer_range": init, "eos_token_id": 1, "bos_token_id": None,
+                                    "pad_token_id": None})
+    torch.manual_seed(seed)
+    target = AutoModelForCausalLM.from_config(shape, dtype=torch.float32)
+    draft = AutoModelForCausalLM.from_config(shape, dtype=torch.float32)
+    draft.load_state_dict(target.state_dict())
+    with torch.no_grad():
+        for w in draft.parameters():
+            if w.dim() > 1:  # matrices, not the norms' scales
+                w.add_(torch.randn_like(w) * noise * w.std())
+    logging.disable_progress_bar()
+    for name, model in (("target", target), ("draft", draft)):
+        PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder / name)
+        model.generation_config.eos_token_id = 1
+        model.save_pretrained(folder / name)
+    return folder / "target", folder / "draft"
