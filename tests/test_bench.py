@@ -336,8 +336,11 @@ def test_interrupt_keeps_finished_rows(run, monkeypatch):
 
 def test_summarize_and_theory():
     def row(name, category, tokens, rounds, greedy_s, spec_s, identical=True):
-        return benchrows.BenchRow("prompt", name, category, "d", 4, 0.5, 1, tokens, rounds, rounds + 1, 8, 8, 4, 2,
-                         greedy_s, spec_s, tokens, identical, 1.5, 0.1, False)
+        return benchrows.BenchRow(scope="prompt", name=name, category=category, draft="d", k=4, agree=0.5, prompts=1,
+                                  tokens=tokens, verify_rounds=rounds, target_forwards=rounds + 1, draft_forwards=8,
+                                  drafted=8, accepted=4, rejected_rounds=2, greedy_wall_s=greedy_s, wall_s=spec_s,
+                                  baseline_tokens=tokens, identical=identical, verify_cost=1.5, draft_cost=0.1,
+                                  draft_cost_simulated=False)
 
     rows = [row("a", "x", 10, 5, 1.0, 0.5), row("b", "x", 20, 4, 2.0, 1.0), row("c", "y", 6, 6, 1.0, 2.0, False)]
     out = {(r.scope, r.name): r for r in benchrows.summarize(rows)}

@@ -235,6 +235,36 @@ def test_compiled_beside_eager_per_workload(tmp_path):
                     "1.11x | yes |"]
 
 
+def test_the_page_and_the_terminal_print_a_figure_alike(kind):
+    """A bench figure's column is defined once (specdec_cli/eval/columns.py): the page and `specdec
+    bench`'s terminal table print the same header and, for the same row, the same cell (markup aside)."""
+    import re
+
+    from specdec_cli.cli import render
+    from specdec_cli.eval.benchrows import BenchRow, summarize
+
+    rows = summarize([BenchRow(scope="prompt", name="qa-1", category="qa", draft="prompt-lookup+cost", k=4, agree=None,
+                               prompts=1, tokens=100, verify_rounds=40, target_forwards=41, draft_forwards=0, drafted=90,
+                               accepted=60, rejected_rounds=30, greedy_wall_s=10.0, wall_s=4.0, baseline_tokens=100,
+                               identical=True, verify_cost=1.2, draft_cost=0.0, draft_cost_simulated=False,
+                               predicted_tokens=95.0, predicted_steps=45.0)])
+    write(kind / "bench.jsonl", [{**bench(), **r.as_dict()} for r in rows] + report.load(str(kind / "bench.jsonl"))[2:])
+    page = report.main(str(kind))
+
+    def plain(cell) -> str:
+        return re.sub(r"\[/?[a-z ]*\]", "", str(cell)).replace("**", "")
+
+    heading = "## Greedy vs speculative, per prompt category"
+    terminal = {c.header: [plain(cell) for cell in c.cells] for c in render.bench_table(rows, "t").columns}
+    headers = table_row(page, heading, ["category"])
+    assert set(headers) <= set(terminal)
+    for i, label in enumerate(["qa", "**overall**"]):
+        line = table_row(page, heading, [label])
+        assert [plain(cell) for cell in line] == [terminal[h][i] for h in headers]
+    peers = table_row(page, "## specdec vs transformers' own `generate` (same card, prompts, process and run)", ["mode"])
+    assert peers == [c.header for c in render.peer_table([], "t").columns]
+
+
 def test_suite_prompts_first_n_of_the_chosen_categories():
     from specdec_cli.cards.prompts import SUITE
 

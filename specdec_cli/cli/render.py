@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from specdec_cli.eval import columns
 
 if TYPE_CHECKING:  # decoding imports torch and transformers: `specdec cards` needs neither
     from specdec_cli.loop.decoding import Result
@@ -223,29 +226,50 @@ def _yes(ok: bool | None) -> str:
     return "[dim]n/a[/]" if ok is None else "[green]yes[/]" if ok else "[red]NO[/]"
 
 
+def _column_table(cols, rows, **table) -> Table:
+    """A Rich table of bench rows, one column per definition in eval/columns.py (the pages print
+    the same), the overall row's label bold and a section line under it."""
+    out = Table(title_justify="left", caption_justify="left", **table)
+    for c in cols:
+        out.add_column(c.header, justify="right" if c.numeric else "left")
+    labelled = any(c.label for c in cols)
+    for row in rows:
+        d = row.as_dict()
+        overall = labelled and d["scope"] == "all"
+        out.add_row(*(_yes(c.get(d)) if c.verdict else f"[bold]{c.cell(d, '-')}[/]" if c.label and overall
+                      else c.cell(d, "-") for c in cols), end_section=overall)
+    return out
+
+
+BENCH_TABLE = (columns.CATEGORY, columns.PROMPTS, columns.TOKENS, columns.DRAFTED_PER_ROUND, columns.ACCEPT_RATE,
+               columns.TOKENS_PER_ROUND, columns.PREDICTED_TOKENS_PER_ROUND, columns.VERIFY_ROUNDS,
+               columns.GREEDY_TOKENS_PER_S, columns.TOKENS_PER_S, columns.SPEEDUP, columns.PREDICTED_SPEEDUP,
+               columns.IDENTICAL)  # the pages' per-category table and predicted tokens/round
+
+
 def bench_table(rows, title: str) -> Table:
     """Greedy vs speculative per prompt category, then over all prompts (one configuration)."""
-    table = Table(title=title, title_justify="left", caption_justify="left",
-                  caption="tok/s and speedup: median over repeats per prompt, summed over prompts; "
-                          "speedup = greedy time / speculative time for the same tokens.\n"
-                          "predicted: the cost model's expectation for the proposals actually made "
-                          "(measured per-position acceptance, measured verify and draft costs)")
-    for col in ("category", "prompts", "tokens", "drafted/round", "accept rate", "tokens/round", "predicted",
-                "verify rounds", "greedy tok/s", "spec tok/s", "speedup", "predicted ", "identical"):
-        table.add_column(col, justify="left" if col == "category" else "right")
-    for r in rows:
-        table.add_row(r.name if r.scope == "category" else "[bold]overall[/]", str(r.prompts), str(r.tokens),
-                      fmt(r.drafted / r.verify_rounds if r.verify_rounds else None),
-                      fmt(r.accept_rate, ".1%"), fmt(r.tokens_per_round), fmt(r.predicted_tokens_per_round),
-                      str(r.verify_rounds), fmt(r.greedy_tokens_per_s, ".1f"), fmt(r.tokens_per_s, ".1f"),
-                      f"{fmt(r.speedup)}x", f"{fmt(r.predicted_speedup)}x", _yes(r.identical),
-                      end_section=r.scope == "all")
-    return table
+    return _column_table(BENCH_TABLE, rows, title=title,
+                         caption="tok/s and speedup: median over repeats per prompt, summed over prompts; "
+                                 "speedup = greedy time / speculative time for the same tokens.\n"
+                                 "predicted: the cost model's expectation for the proposals actually made "
+                                 "(measured per-position acceptance, measured verify and draft costs)")
+
+
+# Two headers differ from the pages' sweep: a narrower theory column, and predicted speedup named
+# apart from predicted tok/round, which the pages' sweep does not show.
+SWEEP_TABLE = (columns.SWEEP_DRAFT, columns.AGREE, columns.K, columns.ACCEPT_RATE, columns.AGREEMENT_EST,
+               columns.TOKENS_PER_ROUND, columns.VERIFY_ROUNDS, columns.TOKENS_PER_S, columns.SPEEDUP,
+               replace(columns.THEORY_TOKENS_PER_ROUND, header="theory tok/round"), columns.THEORY_SPEEDUP,
+               columns.PREDICTED_TOKENS_PER_ROUND, replace(columns.PREDICTED_SPEEDUP, header="predicted speedup"),
+               columns.VERIFY_COST,
+               columns.Column("c", lambda r: f"{r['draft_cost']:.2f}" + (" sim" if r["draft_cost_simulated"] else "")),
+               columns.IDENTICAL)
 
 
 def sweep_table(rows, title: str) -> Table:
     """One row per configuration over all prompts: measured beside the predictions."""
-    table = Table(title=title, title_justify="left", caption_justify="left", caption=(
+    return _column_table(SWEEP_TABLE, rows, title=title, caption=(
         "a set: the synthetic draft's agreement (proposes the target's greedy token with probability a). "
         "a meas.: accepted / (accepted + rejected rounds), the per-token agreement estimate; "
         "accept rate: accepted / drafted.\n"
@@ -255,35 +279,14 @@ def sweep_table(rows, title: str) -> Table:
         "'sim' = simulated by --draft-cost), both in 1-token target steps.\n"
         "predicted: the same cost model fed the proposals actually made and the measured per-position "
         "acceptance (so it also covers the card's draft, whose schedule varies the proposal length)."))
-    for col in ("draft", "a set", "k", "accept rate", "a meas.", "tokens/round", "verify rounds",
-                "spec tok/s", "speedup", "theory tok/round", "theory speedup", "predicted tok/round",
-                "predicted speedup", "v", "c", "identical"):
-        table.add_column(col, justify="left" if col == "draft" else "right")
-    for r in rows:
-        c = f"{r.draft_cost:.2f}" + (" sim" if r.draft_cost_simulated else "")
-        table.add_row(r.draft if r.agree is None else "synthetic", fmt(r.agree) if r.agree is not None else "card",
-                      str(r.k), fmt(r.accept_rate, ".1%"), fmt(r.agreement_est), fmt(r.tokens_per_round),
-                      str(r.verify_rounds), fmt(r.tokens_per_s, ".1f"), f"{fmt(r.speedup)}x",
-                      fmt(r.theory_tokens_per_round), f"{fmt(r.theory_speedup)}x",
-                      fmt(r.predicted_tokens_per_round), f"{fmt(r.predicted_speedup)}x", fmt(r.verify_cost), c,
-                      _yes(r.identical))
-    return table
 
 
 def peer_table(rows, title: str) -> Table:
     """specdec vs transformers' own generate, same prompts, same process."""
-    table = Table(title=title, title_justify="left", caption_justify="left", caption=(
+    return _column_table(columns.PEER_TABLE, rows, title=title, caption=(
         "ratio = specdec tok/s / transformers tok/s (> 1: specdec faster); assisted: transformers at a fixed "
         "k, specdec under the card's schedule (at most k per round); target forwards include the prefill; "
         "identical: transformers' output == specdec's == the greedy reference"))
-    for col in ("mode", "draft", "k", "tokens", "specdec tok/s", "transformers tok/s", "ratio",
-                "target fwd specdec", "target fwd transformers", "identical"):
-        table.add_column(col, justify="left" if col in ("mode", "draft") else "right")
-    for r in rows:
-        table.add_row(r.mode, r.draft or "-", fmt(r.k, "d"), str(r.tokens), fmt(r.tokens_per_s, ".1f"),
-                      fmt(r.hf_tokens_per_s, ".1f"), f"{fmt(r.ratio)}x", str(r.target_forwards),
-                      str(r.hf_target_forwards), _yes(r.identical))
-    return table
 
 
 # ---------------------------------------------------------------------------- plan

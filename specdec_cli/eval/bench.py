@@ -183,21 +183,23 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
             # pinned: the reference is greedy at this configuration's own width (untimed unless the card's)
             same_as = reference if sampled or pair.width(c.k) == pair.width(pair.card.k) else pair.reference_at(ids, max_tokens, c.k)
             expected, steps = predict(rounds, s.alpha_by_position, c.draft_cost, profile.v, len(ids))
-            yield BenchRow("prompt", prompt.id, prompt.category, c.draft.name, c.k, c.agree, 1, s.tokens,
-                      s.verify_rounds, s.target_forwards, s.draft_forwards, s.drafted, s.accepted,
-                      sum(x.accepted < x.drafted for x in rounds), greedy_s,
-                      statistics.median(x.stats.wall_s for x in results), len(reference),
-                      None if sampled else all(x.tokens == same_as for x in results),
-                      c.verify_cost, c.draft_cost, c.simulated, expected, steps, profile.prefill(len(ids) - 1),
-                      pair.shapes, pinned_s if free else 0.0, free_s,
-                      pair.policy.form(1, pair.width(pair.card.k) or 1), pair.policy.compiled)
+            yield BenchRow.from_run(
+                prompt=prompt, config=c, result=results[0], greedy_wall_s=greedy_s,
+                wall_s=statistics.median(x.stats.wall_s for x in results), baseline_tokens=len(reference),
+                identical=None if sampled else all(x.tokens == same_as for x in results),
+                predicted_tokens=expected, predicted_steps=steps, prefill_steps=profile.prefill(len(ids) - 1),
+                shapes=pair.shapes, pinned_greedy_wall_s=pinned_s if free else 0.0, free_greedy_wall_s=free_s,
+                greedy_form=pair.policy.form(1, pair.width(pair.card.k) or 1), compiled=pair.policy.compiled)
         if peer:
             for mode, mine, theirs in (("greedy", greedy, hf_greedy), ("assisted", ours, hf_assisted)):
-                yield PeerRow("prompt", prompt.id, prompt.category, mode, peer.label if mode == "assisted" else "",
-                              peer.k if mode == "assisted" else None, 1, len(mine[0].tokens), len(theirs[0][0]),
-                              statistics.median(x.stats.wall_s for x in mine),
-                              statistics.median(t[1] for t in theirs), mine[0].stats.target_forwards, theirs[0][2],
-                              all(t[0] == reference for t in theirs) and all(m.tokens == reference for m in mine))
+                yield PeerRow(scope="prompt", name=prompt.id, category=prompt.category, mode=mode,
+                              draft=peer.label if mode == "assisted" else "", k=peer.k if mode == "assisted" else None,
+                              prompts=1, tokens=len(mine[0].tokens), hf_tokens=len(theirs[0][0]),
+                              wall_s=statistics.median(x.stats.wall_s for x in mine),
+                              hf_wall_s=statistics.median(t[1] for t in theirs),
+                              target_forwards=mine[0].stats.target_forwards, hf_target_forwards=theirs[0][2],
+                              identical=all(t[0] == reference for t in theirs)
+                              and all(m.tokens == reference for m in mine))
 
 
 # ---------------------------------------------------------------------------- --batch N
@@ -268,9 +270,8 @@ def run_batched(pair: Pair, prompts: list[Prompt], configs: list[Config], max_to
                 notes.append(f"prompt {prompt.id}, {c.draft.name} k={c.k}: batch {batch} differs from greedy "
                              f"at token {d['index']} ({d['greedy_token']} vs {d['spec_token']}; "
                              f"target top-2 margin {d['margin']:.4g})")
-            yield BenchRow("prompt", prompt.id, prompt.category, c.draft.name, c.k, c.agree, 1, s.tokens,
-                      s.verify_rounds, s.target_forwards, s.draft_forwards, s.drafted, s.accepted,
-                      sum(x.accepted < x.drafted for x in rounds), greedy_s * len(base.tokens) / greedy_tokens,
-                      wall * s.tokens / total, len(base.tokens), same, c.verify_cost, c.draft_cost,
-                      c.simulated, expected, steps, shapes=pair.shapes, compiled=pair.policy.compiled)
+            yield BenchRow.from_run(
+                prompt=prompt, config=c, result=result, greedy_wall_s=greedy_s * len(base.tokens) / greedy_tokens,
+                wall_s=wall * s.tokens / total, baseline_tokens=len(base.tokens), identical=same,
+                predicted_tokens=expected, predicted_steps=steps, shapes=pair.shapes, compiled=pair.policy.compiled)
 

@@ -1,6 +1,7 @@
 """bench's rows: plain numbers per configuration over some prompts (`BenchRow`; `PeerRow`, specdec
 beside transformers' generate), the figures derived from them as properties, and `summarize`,
-which folds prompt rows into category and overall rows. No torch; rendering is render.py's.
+which folds prompt rows into category and overall rows. No torch; the columns that show these
+figures are columns.py's, the terminal tables render.py's.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from specdec_cli.loop.metrics import expected_speedup, expected_tokens_per_round
 
 
-@dataclass
+@dataclass(kw_only=True)  # ~30 fields: built by name (from_run), never by position
 class BenchRow:
     """One configuration over some prompts: one prompt, a category, or all of them (`scope`)."""
 
@@ -43,6 +44,22 @@ class BenchRow:
     free_greedy_wall_s: float = 0.0  # ...and free-shape greedy (what a user would otherwise run); 0: not timed
     greedy_form: str = "linear"  # the matmul form the greedy steps took (kernels.py)
     compiled: bool = False  # decoding.compile: decode forwards compiled (pinned: the plain greedy compiled at width 1)
+
+    @classmethod
+    def from_run(cls, *, prompt, config, result, greedy_wall_s: float, wall_s: float, baseline_tokens: int,
+                 identical: bool | None, predicted_tokens: float, predicted_steps: float, **timing) -> BenchRow:
+        """One prompt's row: `prompt` (bench's Prompt: id, category), `config` (bench.Config: draft,
+        k, agree, verify and draft costs), `result` (its first speculative run: the counters), the
+        timings measured around it, and the forward settings in `timing` (prefill_steps, shapes,
+        pinned_greedy_wall_s, free_greedy_wall_s, greedy_form, compiled; defaults where not given)."""
+        s = result.stats
+        return cls(scope="prompt", name=prompt.id, category=prompt.category, draft=config.draft.name, k=config.k,
+                   agree=config.agree, prompts=1, tokens=s.tokens, verify_rounds=s.verify_rounds,
+                   target_forwards=s.target_forwards, draft_forwards=s.draft_forwards, drafted=s.drafted,
+                   accepted=s.accepted, rejected_rounds=sum(r.accepted < r.drafted for r in result.rounds),
+                   greedy_wall_s=greedy_wall_s, wall_s=wall_s, baseline_tokens=baseline_tokens, identical=identical,
+                   verify_cost=config.verify_cost, draft_cost=config.draft_cost, draft_cost_simulated=config.simulated,
+                   predicted_tokens=predicted_tokens, predicted_steps=predicted_steps, **timing)
 
     @property
     def baseline(self) -> str:
@@ -116,7 +133,7 @@ class BenchRow:
             "theory_speedup")}}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PeerRow:
     """specdec vs transformers' own generate on the same prompts, in the same process."""
 
