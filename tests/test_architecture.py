@@ -189,3 +189,51 @@ def test_only_settings_reads_the_environment():
     found = [f"specdec_cli/{path.relative_to(PACKAGE)}:{line}" for module, path in MODULES.items()
              if module != "settings" for line in reads_environment(ast.parse(path.read_text(encoding="utf-8")))]
     assert not found, "os.environ read outside specdec_cli/settings.py: " + ", ".join(found)
+
+
+def target_attributes() -> set[str]:
+    """Every attribute an HFLM (the target) has: set in its __init__, or a property or method."""
+    tree = ast.parse((PACKAGE / "engine" / "models.py").read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HFLM")
+    names = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" \
+                and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+    return names - {"__init__"}
+
+
+def writes_into_a_target(source: str, attributes: set[str]) -> list[int]:
+    """Lines assigning (or rebinding) one of the target's attributes on any object but `self`."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in attributes:
+            lines.append(node.lineno)
+        for t in targets:
+            for part in ast.walk(t):
+                if isinstance(part, ast.Attribute) and isinstance(part.ctx, ast.Store) and part.attr in attributes \
+                        and not (isinstance(part.value, ast.Name) and part.value.id == "self"):
+                    lines.append(node.lineno)
+    return lines
+
+
+def test_nothing_outside_the_engine_writes_into_the_target():
+    """The target owns how it runs (HFLM: policy, forms, compiled graphs, capacity, warmed
+    shapes): other packages ask through its methods and read its properties, never assign."""
+    attributes = target_attributes()
+    assert {"configure", "reserve", "warm", "policy", "forms", "compiled", "_policy", "_compiled"} <= attributes
+    assert writes_into_a_target("pair.target.compiled = f\nsetattr(lm, '_policy', p)\nself.model = m\n",
+                                attributes) == [1, 2]  # the check itself
+    found = [f"specdec_cli/{path.relative_to(PACKAGE)}:{line}" for module, path in MODULES.items()
+             if not module.startswith("engine") for line in writes_into_a_target(path.read_text(encoding="utf-8"), attributes)]
+    assert not found, "attributes of the target written outside specdec_cli/engine/: " + ", ".join(found)
+
+
+def test_the_targets_state_is_read_only_from_outside():
+    from specdec_cli.engine.models import HFLM
+
+    for name in ("policy", "forms", "compiled", "capacity", "warmed"):
+        assert isinstance(getattr(HFLM, name), property) and getattr(HFLM, name).fset is None, name

@@ -161,28 +161,28 @@ def test_rectangle_seconds_times_every_form_only_for_speculative_rectangles(twin
     Under matmuls: all every such n is W @ xᵀ, under packed every one prepacked."""
     target, _ = twins
     lm = HFLM(target.model)
-    lm.weight_major = kernels.install(lm.model)
-    lm.weight_major.widths = frozenset({2})
+    lm.configure('free', 'measure')
+    lm.forms.widths = frozenset({2})
     seen = []
     real = lm.model.forward
 
     def spy(*args, **kwargs):
-        seen.append((lm.weight_major.rectangles, lm.weight_major.packed))
+        seen.append((lm.forms.rectangles, lm.forms.packed))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(lm.model, "forward", spy)
     seconds, major, packed = rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)
     assert len(seconds) == 4 and not set(major) & set(packed) and set(major) | set(packed) <= {2, 3, 4}
-    assert lm.weight_major.widths == {2} and lm.weight_major.rectangles == lm.weight_major.packed == frozenset()
-    assert bool(lm.weight_major.packs) == bool(packed)  # kept only when chosen
+    assert lm.forms.widths == {2} and lm.forms.rectangles == lm.forms.packed == frozenset()
+    assert bool(lm.forms.packs) == bool(packed)  # kept only when chosen
     for n in (2, 3, 4):
         assert ({(3, n)}, frozenset()) in seen and (frozenset(), {(3, n)}) in seen
     assert not any((3, 1) in r | p for r, p in seen)  # n = 1: never
-    lm.weight_major.mode = "all"
+    lm.forms.mode = "all"
     assert rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)[1:] == ([2, 3, 4], [])
-    lm.weight_major.mode = "packed"
+    lm.forms.mode = "packed"
     assert rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)[1:] == ([], [2, 3, 4])
-    assert lm.weight_major.packs  # chosen: the copies stay for the run
+    assert lm.forms.packs  # chosen: the copies stay for the run
 
 
 def test_a_batch_switches_on_the_measured_forms(twins, monkeypatch):
@@ -194,14 +194,14 @@ def test_a_batch_switches_on_the_measured_forms(twins, monkeypatch):
 
     target, _ = twins
     lm = HFLM(target.model)
-    lm.weight_major = kernels.install(lm.model)
+    lm.configure('free', 'measure')
     profile = costs.fixed([1.0, 1.2, 1.4, 1.6])
     profile.batch_s, profile.batch_weight_major, profile.batch_packed = {"4": [1.0] * 4}, {"4": [2]}, {"4": [3, 4]}
     pair = SimpleNamespace(target=lm, cost_profile=lambda drafts, widths: profile)
     draft = Scheduled(PromptLookupDraft(CPU), Cost(lambda widths: profile, "prompt-lookup", lookup_prior, False))
     assert isinstance(lengths_for(pair, draft, 3, 4), Lengths)
-    assert lm.weight_major.rectangles == {(4, 2)}
-    assert lm.weight_major.packed == {(rows, n) for rows in (2, 3, 4) for n in (3, 4)}
+    assert lm.forms.rectangles == {(4, 2)}
+    assert lm.forms.packed == {(rows, n) for rows in (2, 3, 4) for n in (3, 4)}
 
 
 def test_in_order_waits_for_earlier_items():
@@ -285,14 +285,14 @@ def test_tiny_llama_rows_equal_batch_1_greedy_with_every_rectangle_in_another_fo
     target, noisy = twins
     lm = HFLM(target.model)
     expected = [greedy_decode(lm, p, 40, frozenset()).tokens for p in PROMPTS]
-    lm.weight_major = kernels.install(lm.model)
+    lm.configure('free', 'measure')
     try:
-        setattr(lm.weight_major, form, frozenset((rows, n) for rows in range(2, 4) for n in range(1, 6)))
+        setattr(lm.forms, form, frozenset((rows, n) for rows in range(2, 4) for n in range(1, 6)))
         got = dict(decode_batch(lm, ModelDraft(noisy, target.vocab_size), PROMPTS, 4, 40, frozenset(), 3))
-        assert form == "rectangles" or len(lm.weight_major.packs) == len(
+        assert form == "rectangles" or len(lm.forms.packs) == len(
             [m for m in lm.model.modules() if type(m) is kernels.SwitchedLinear])  # every layer packed once
     finally:
-        setattr(lm.weight_major, form, frozenset())
+        setattr(lm.forms, form, frozenset())
     assert [got[i].tokens for i in range(len(PROMPTS))] == expected
 
 

@@ -12,7 +12,7 @@ import yaml
 
 from specdec_cli.engine import kernels
 from specdec_cli.cards.card import load_card
-from specdec_cli.engine.kvcache import CAPACITY_STEP
+from specdec_cli.engine.models import CAPACITY_STEP
 from specdec_cli.engine.kvcache import cache_for
 from specdec_cli.pair.loading import load_pair
 
@@ -25,16 +25,18 @@ def tiny_card(write_card, **decoding):
                        "draft": {"kind": "early-exit", "layers": 2, "schedule": "fixed"}, "decoding": {"k": 3, "max_tokens": 12, **decoding}})
 
 
-def recording(pair) -> list:
-    """Stand in for the compiled model: the eager one, recording each call's [rows, width] and
-    KV capacity."""
-    seen, model = [], pair.target.model
+def recording(monkeypatch) -> list:
+    """Stand in for the compiled model (kernels.compiled, which HFLM.configure calls when the
+    pair loads): the eager one, recording each call's [rows, width] and KV capacity."""
+    seen = []
 
-    def compiled(input_ids, cache, **kwargs):
-        seen.append((*input_ids.shape, cache.layers[0].keys.shape[2]))
-        return model(input_ids=input_ids, cache=cache, **kwargs)
+    def compile_(model):
+        def compiled(input_ids, cache, **kwargs):
+            seen.append((*input_ids.shape, cache.layers[0].keys.shape[2]))
+            return model(input_ids=input_ids, cache=cache, **kwargs)
+        return compiled
 
-    pair.target.compiled = compiled
+    monkeypatch.setattr(kernels, "compiled", compile_)
     return seen
 
 
@@ -55,11 +57,11 @@ def test_compiled_free_shapes_equal_greedy(run, write_card, one_thread):
     assert out["shapes"] == "free" and out["forward_policy"]["compile"] and out["identical"]
 
 
-def test_compile_runs_pinned_decode_forwards_only_each_shape_warmed_once(write_card):
+def test_compile_runs_pinned_decode_forwards_only_each_shape_warmed_once(write_card, monkeypatch):
+    seen = recording(monkeypatch)
     pair = load_pair(load_card(str(tiny_card(write_card, compile=True, shapes="pinned"))))
     assert pair.shapes == "pinned" and pair.policy.as_dict() == {"shapes": "pinned", "matmuls": "off", "compile": True}
-    assert pair.target.weight_major is None  # inductor chooses the compiled forward's matmuls
-    seen = recording(pair)
+    assert pair.target.forms is None  # inductor chooses the compiled forward's matmuls
     prompt = [5, 9, 5, 9, 17, 5]
     spec = pair.spec(prompt, 3, 12)
     capacity = CAPACITY_STEP  # len(prompt) + 12 + 4, rounded up: requests share a few compiled sizes
@@ -72,12 +74,12 @@ def test_compile_runs_pinned_decode_forwards_only_each_shape_warmed_once(write_c
     assert (1, 1, capacity) in seen and len(plain.tokens) == 12
 
 
-def test_compiled_free_shapes_warm_every_width_before_the_clock(write_card):
+def test_compiled_free_shapes_warm_every_width_before_the_clock(write_card, monkeypatch):
     """Free shapes under compile: [1, n] for n = 1..k+1 over a fixed capacity, each warmed once
     up front (a compile inside a request would be timed), the prefill eager."""
+    seen = recording(monkeypatch)
     pair = load_pair(load_card(str(tiny_card(write_card, compile=True))))
     assert pair.shapes == "free"
-    seen = recording(pair)
     spec = pair.spec([5, 9, 5, 9, 17, 5], 3, 12)
     warmed = {(1, n, CAPACITY_STEP) for n in (1, 2, 3, 4)}
     assert seen[:4] == sorted(warmed) and pair.target.warmed == warmed
@@ -117,13 +119,13 @@ def test_compile_must_be_a_boolean(run, write_card):
     assert r.exit_code == 2 and r.stderr.strip().startswith(f"Error: {card}: decoding.compile: ")
 
 
-def test_the_cost_profile_of_a_compiled_target_times_its_compiled_forwards(write_card):
+def test_the_cost_profile_of_a_compiled_target_times_its_compiled_forwards(write_card, monkeypatch):
     """Keyed apart from the eager profile, timed through the loop's fixed-capacity cache: one
     capacity for both probe contexts, so the requests after it reuse the same graphs."""
     from specdec_cli.engine import costs
 
+    seen = recording(monkeypatch)
     pair = load_pair(load_card(str(tiny_card(write_card, compile=True))))
-    seen = recording(pair)
     profile = pair.cost_profile((), 4)
     assert profile.key["matmuls"] == "compiled" and costs.matmuls(pair.target) == "compiled"
     widths = {n for _, n, _ in seen}
@@ -135,7 +137,7 @@ def test_the_cost_profile_of_a_compiled_target_times_its_compiled_forwards(write
 
 def test_without_compile_nothing_is_warmed_or_compiled(write_card):
     pair = load_pair(load_card(str(tiny_card(write_card))))
-    assert pair.target.compiled is None and "compile" not in pair.policy.as_dict()
+    assert not pair.target.compiled and "compile" not in pair.policy.as_dict()
     cache = cache_for(pair.target, rows=1, width=None, capacity=64)
     cache.warm([1, 2])
     assert pair.target.warmed == set() and cache.capacity == cache.COLUMNS and not cache.fixed

@@ -17,6 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specdec_cli.loop.protocol import Draft
 from specdec_cli.training import distill as D
 from specdec_cli.drafts import features_block as features
 from specdec_cli.cards.card import DraftSpec, load_card
@@ -68,23 +69,22 @@ def draft_of(pair, outcome):
     return build_draft(DraftSpec(kind="features", weights=str(outcome.weights), schedule="fixed"), pair)
 
 
-# ---------------------------------------------------------------------------- HFLM.keep_hidden
-def test_keep_hidden_leaves_logits_bit_identical_and_keeps_what_the_head_reads(tmp_path):
+# ---------------------------------------------------------------------------- features, asked for
+def test_a_forward_asked_for_features_returns_them_with_bit_identical_logits(tmp_path):
     lm = load_pair(load_card(str(tiny_card(tmp_path)))).target
     ids = torch.tensor([[5, 9, 77, 3, 120, 8]])
     plain = lm.forward(ids, lm.new_cache())
-    lm.keep_hidden = True
     cache = lm.new_cache()
-    kept = lm.forward(ids, cache)
+    kept, hidden = lm.forward(ids, cache, features=True)
     assert torch.equal(plain, kept)
-    assert lm.hidden.shape == (6, 64) and lm.hidden_start == 0 and torch.equal(lm.hidden_ids, ids[0])
+    assert hidden.shape == (6, 64)
     with torch.no_grad():
         decoder = lm.model.get_decoder()(input_ids=ids).last_hidden_state[0]
-        assert torch.equal(lm.hidden, decoder)
-        assert torch.allclose(lm.model.get_output_embeddings()(lm.hidden), kept, atol=1e-5)
-    version = lm.version
-    lm.forward(torch.tensor([[4, 4]]), cache, keep=1)  # keep=1 still keeps every fed position
-    assert lm.hidden.shape == (2, 64) and lm.hidden_start == 6 and lm.version == version + 1
+        assert torch.equal(hidden, decoder)
+        assert torch.allclose(lm.model.get_output_embeddings()(hidden), kept, atol=1e-5)
+    logits, hidden = lm.forward(torch.tensor([[4, 4]]), cache, keep=1, features=True)  # keep=1: every fed position
+    assert hidden.shape == (2, 64) and logits.shape[0] == 1
+    assert not isinstance(lm.forward(torch.tensor([[4]]), cache), tuple)  # not asked: logits only, nothing kept
 
 
 # ---------------------------------------------------------------------------- distill learns
@@ -152,7 +152,7 @@ def test_the_draft_shares_the_targets_embedding_and_head(trained):
     model = pair.target.model
     assert draft.embed is model.get_input_embeddings()
     assert draft.head.prefix and draft.head.weight.data_ptr() == model.get_output_embeddings().weight.data_ptr()
-    assert pair.target.keep_hidden
+    assert draft.reads_features and not hasattr(pair.target, 'keep_hidden')  # asked per forward, not switched on
 
 
 # ---------------------------------------------------------------------------- exactness
@@ -211,13 +211,13 @@ def test_sampling_from_a_copied_prefill_and_a_stale_hidden_state(trained):
                                 torch.Generator().manual_seed(s), prefix).tokens for s in range(3)]
     assert all(len(d) == 20 for d in draws)
 
-    class Meddler:  # runs the target on something else right before every update
+    class Meddler(Draft):  # runs the target on something else right before every update
         name, forwards = "meddler", 0
 
-        def begin(self, p): draft.begin(p)
+        def begin(self, p, features=None): draft.begin(p)
         def propose(self, t, k): return draft.propose(t, k)
 
-        def update(self, t, accepted, new=None):
+        def update(self, t, accepted, new=None, features=None):
             pair.target.forward(torch.tensor([[1, 2, 3]]), pair.target.new_cache())
             draft.update(t, accepted, new)
 

@@ -96,9 +96,10 @@ def test_install_routes_plain_linear_layers_only():
 
 def test_choice_keeps_the_form_measured_fastest_at_every_width_the_greedy_step_too(monkeypatch):
     """Per width n = 1..5 (n = 1 is the greedy step), the fastest form where it beat F.linear by
-    3 % or more (a fake timer decides); the switch is left on for those."""
+    3 % or more (a fake timer decides). Choosing leaves the switch as it was (measuring leaves no
+    state behind); using the choice switches those forms on."""
     lm = HFLM(noisy_twins(TINY_LLAMA, 0)[0].model)
-    lm.weight_major = kernels.install(lm.model)
+    lm.configure('free', 'measure')
     timings = {1: (1.0, 0.9, 0.5), 2: (1.0, 0.5, 0.8), 3: (1.0, 0.99, 0.98), 4: (1.0, 1.4, 1.2), 5: (2.0, 1.0, 1.5)}
     forms = ("linear", "weight_major", "packed")  # width -> seconds per form
     seen = []
@@ -109,11 +110,13 @@ def test_choice_keeps_the_form_measured_fastest_at_every_width_the_greedy_step_t
 
     monkeypatch.setattr(costs, "forward_seconds", fake)
     assert costs.choose_forms(lm, 5, [1, 2, 3]) == ([2, 5], [1])
-    assert lm.weight_major.widths == {2, 5} and lm.weight_major.packed == {(1, 1)}
-    assert lm.weight_major.form(1, 1) == "packed" and lm.weight_major.form(1, 3) == "linear"
+    assert lm.forms.widths == frozenset() and lm.forms.packed == frozenset()  # nothing left on by measuring
+    lm.forms.use([2, 5], [1])
+    assert lm.forms.widths == {2, 5} and lm.forms.packed == {(1, 1)}
+    assert lm.forms.form(1, 1) == "packed" and lm.forms.form(1, 3) == "linear"
     assert [(w, f) for _, w, f in seen] == [(w, f) for w in range(1, 6) for f in forms]
     assert costs.choose_forms(object(), 5, [1]) == ([], [])  # no switch (a toy, a GPU): nothing to choose
-    lm.weight_major.mode = "all"  # the audit: every width, the greedy step's too, untimed
+    lm.forms.mode = "all"  # the audit: every width, the greedy step's too, untimed
     assert costs.choose_forms(lm, 5, [1]) == ([1, 2, 3, 4, 5], [])
 
 
@@ -121,7 +124,7 @@ def test_greedy_form_is_in_the_json_and_greedy_takes_it(run, write_card, one_thr
     """The greedy step takes the form the profile measured fastest for width 1, and speculative
     output still equals that greedy."""
     monkeypatch.setattr(costs, "choose_forms", lambda target, widths, context: (
-        costs.use_forms(target.weight_major, [], list(range(1, widths + 1))), ([], list(range(1, widths + 1))))[1])
+        target.forms.use([], list(range(1, widths + 1))), ([], list(range(1, widths + 1))))[1])
     r = run("generate", "-c", tiny_card(write_card), "-m", "both", "--json", "ab ab ab ab")
     assert r.exit_code == 0, r.stderr
     out = parse_json_lines(r.stdout)[0]
@@ -131,7 +134,7 @@ def test_greedy_form_is_in_the_json_and_greedy_takes_it(run, write_card, one_thr
 
 def test_forward_seconds_times_each_form_with_the_switch_set(one_thread):
     lm = HFLM(noisy_twins(TINY_LLAMA, 0)[0].model)
-    switch = lm.weight_major = kernels.install(lm.model)
+    lm.configure('free', 'measure'); switch = lm.forms
     calls = []
     real = kernels._linear
     seen = lambda layer, s, x: (calls.append((x.numel() // x.shape[-1], frozenset(s.widths))), real(layer, s, x))[1]
@@ -145,21 +148,21 @@ def test_forward_seconds_times_each_form_with_the_switch_set(one_thread):
 def test_profile_caches_the_choice_and_a_cached_profile_switches_it_on(monkeypatch, one_thread):
     monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
     monkeypatch.setattr(costs, "choose_forms",
-                        lambda target, widths, context: (costs.use_forms(target.weight_major, [2, 4], []), ([2, 4], []))[1])
+                        lambda target, widths, context: (target.forms.use([2, 4], []), ([2, 4], []))[1])
     lm = HFLM(noisy_twins(TINY_LLAMA, 0)[0].model)
-    lm.weight_major = kernels.install(lm.model)
+    lm.configure('free', 'measure')
     first = costs.profile(lm, "tiny-wm", None, {})
     assert first.weight_major == [2, 4] and first.as_dict()["weight_major"] == [2, 4]
-    lm.weight_major.widths = frozenset()  # a new process: the switch starts off
+    lm.forms.widths = frozenset()  # a new process: the switch starts off
     again = costs.profile(lm, "tiny-wm", None, {})
-    assert again.cached and lm.weight_major.widths == {2, 4}
+    assert again.cached and lm.forms.widths == {2, 4}
 
 
 @pytest.mark.parametrize("bad", [[0], [99], ["2"], {"2": 1}])
 def test_a_cached_profile_with_malformed_widths_is_remeasured(monkeypatch, capsys, bad):
     monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
     lm = HFLM(noisy_twins(TINY_LLAMA, 0)[0].model)
-    lm.weight_major = kernels.install(lm.model)
+    lm.configure('free', 'measure')
     costs.profile(lm, "tiny-bad", None, {})
     path = next(costs.cache_dir("costs").glob("*.json"))
     raw = json.loads(path.read_text())
@@ -173,10 +176,10 @@ def test_spec_equals_greedy_with_every_width_weight_major(k, one_thread):
     """A draft that disagrees (rollbacks of every length) and prompt lookup, with every verify
     width forced weight-major: still the target's greedy output, which runs 1-token steps."""
     target, noisy = noisy_twins(TINY_LLAMA, 1)
-    target.weight_major = kernels.install(target.model)
+    target.configure('free', 'measure')
     prompts = [list(range(3, 15)), [7, 8, 7, 8, 7], list(range(40, 71))]
     expected = [greedy_decode(target, p, 48, NO_EOS).tokens for p in prompts]
-    target.weight_major.widths = frozenset(range(2, 10))
+    target.forms.widths = frozenset(range(2, 10))
     for draft in (ModelDraft(noisy, target.vocab_size), PromptLookupDraft(torch.device("cpu"))):
         got = [speculative_decode(target, draft, p, k, 48, NO_EOS).tokens for p in prompts]
         assert got == expected, draft
@@ -187,7 +190,7 @@ def test_a_prefill_never_takes_weight_major_whatever_its_width(one_thread):
     verifies: HFLM.forward pauses the switch when it keeps only the last logits, so the cache
     greedy starts from is the one transformers' generate builds."""
     target, _ = noisy_twins(TINY_LLAMA, 1)
-    target.weight_major = switch = kernels.install(target.model)
+    target.configure('free', 'measure'); switch = target.forms
     switch.widths = frozenset({4})
     seen = []
     takes = switch.takes
@@ -220,10 +223,10 @@ def test_weight_major_off_leaves_the_target_alone(write_card, monkeypatch):
     from specdec_cli.pair.loading import load_pair
 
     off = load_pair(load_card(str(tiny_card(write_card, matmuls="off"))))
-    assert off.target.weight_major is None and off.policy.as_dict() == {"shapes": "free", "matmuls": "off"}
+    assert off.target.forms is None and off.policy.as_dict() == {"shapes": "free", "matmuls": "off"}
     assert not any(type(m) is kernels.SwitchedLinear for m in off.target.model.modules())
     measured = load_pair(load_card(str(tiny_card(write_card))))
-    assert measured.target.weight_major is measured.policy.switch is not None and measured.policy.matmuls == "measure"
+    assert measured.target.forms is measured.policy.switch is not None and measured.policy.matmuls == "measure"
 
 
 def test_an_unknown_matmuls_mode_is_one_error_line(run, write_card):
@@ -245,7 +248,7 @@ def test_a_prepacked_only_target_frees_its_plain_weights_and_still_matches_greed
     layers = [m for m in packed.target.model.modules() if type(m) is kernels.SwitchedLinear]
     head = packed.target.model.get_output_embeddings()
     assert len(layers) > 1 and all(m.weight.numel() == 0 for m in layers if m is not head)
-    assert head.weight.numel() and set(layers) - {head} <= set(packed.target.weight_major.packs)
+    assert head.weight.numel() and set(layers) - {head} <= set(packed.target.forms.packs)
     before = sum(m.weight.numel() for m in plain.target.model.modules() if isinstance(m, torch.nn.Linear))
     assert sum(m.weight.numel() for m in layers) < before / 2  # the plain weights are gone
     prompt = [5, 9, 5, 9, 5, 9, 17, 5, 9]

@@ -1,7 +1,6 @@
 """Drafts: everything that proposes tokens for the target to verify, behind one protocol.
 
-    protocol.py          `Draft`: begin, propose, update, forwards, and every optional part as a
-                         declared capability with its default
+    (the protocol every draft speaks, `Draft`, is the loop's: specdec_cli/loop/protocol.py)
     registry.py          `Kind` (what a card's `draft.kind` names: its fields, checks, label,
                          build, export mapping), `Field` and the registry
     <kind>_kind.py       a kind's torch-free declaration; <kind>_draft.py the draft it builds:
@@ -32,15 +31,15 @@ from specdec_cli.drafts.toy_kind import Toy
 for _kind in (Model(), PromptLookup(), EarlyExit(), Toy(), Synthetic(), Features()):
     register(_kind)
 
-_CLASSES = {"Draft": "protocol", "ModelDraft": "model_draft", "PromptLookupDraft": "lookup_draft",
-            "MAX_PROPOSAL": "lookup_draft", "OracleDraft": "toy_draft", "SyntheticDraft": "synthetic_draft",
-            "FeatureDraft": "features_draft"}
+_CLASSES = {"Draft": "loop.protocol", "ModelDraft": "drafts.model_draft", "PromptLookupDraft": "drafts.lookup_draft",
+            "MAX_PROPOSAL": "drafts.lookup_draft", "OracleDraft": "drafts.toy_draft",
+            "SyntheticDraft": "drafts.synthetic_draft", "FeatureDraft": "drafts.features_draft"}
 
 
 def __getattr__(name: str):
     """The draft classes, imported (with torch) on first use."""
     if name in _CLASSES:
-        return getattr(import_module(f"specdec_cli.drafts.{_CLASSES[name]}"), name)
+        return getattr(import_module(f"specdec_cli.{_CLASSES[name]}"), name)
     raise AttributeError(f"module 'specdec_cli.drafts' has no attribute {name!r}")
 
 

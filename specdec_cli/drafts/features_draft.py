@@ -1,7 +1,7 @@
-"""The features draft (kind `features`, kinds/features.py): one block drafting from the target's
-own hidden states (EAGLE-1). The block, its cache and its weights file are features.py (shared
+"""The features draft (kind `features`, features_kind.py): one block drafting from the target's
+own hidden states (EAGLE-1). The block, its cache and its weights file are features_block.py (shared
 with `specdec distill`, which trains them); here is the draft that runs them in the loop (see
-features.py's doc for the notation).
+features_block.py's doc for the notation).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec_cli.drafts.features_block import BlockCache, FeatureBlock
-from specdec_cli.drafts.protocol import Draft
+from specdec_cli.loop.protocol import Draft
 
 
 class Head:
@@ -40,12 +40,14 @@ class FeatureDraft(Draft):
       cache.length true pairs (f_j, t_{j+1}) are cached; `pending` holds the features of the
       pairs after them, up to j = L-2 (the target has computed f_0..f_{L-2}), and
       `pending_tokens` their tokens t_{j+1}. A proposal feeds them, so the draft never asks the
-      target for anything: the features come with the verify forward (HFLM.keep_hidden).
+      target for anything: the loop hands it the features its forwards computed (begin: the
+      prefill's; update: the verify's), as the draft declares `reads_features`.
     """
 
     runs_model = True  # step_seconds: one block call and the head
     samples = True  # propose_sampled draws from its own warped distribution
     batches = False  # it reads the target's batch-1 hidden states
+    reads_features = True  # the loop asks the target's forwards for their final hidden states
 
     def __init__(self, lm, block: FeatureBlock, vocab_ids: torch.Tensor, name: str = "features", meta: dict | None = None):
         self.lm, self.block, self.name, self.meta = lm, block, name, meta or {}
@@ -53,20 +55,19 @@ class FeatureDraft(Draft):
         self.head = Head(lm, vocab_ids)
         self.forwards = 0
         self.remembered: tuple | None = None  # (prompt, its features): repeated draws of one prompt
-        lm.keep_hidden = True  # the target now keeps each forward's final hidden states
 
     @property
     def window(self) -> int | None:
         return self.lm.max_positions  # the target's: the draft reads its features
 
     # -- protocol ---------------------------------------------------------------------------
-    def begin(self, prompt: list[int]) -> None:
+    def begin(self, prompt: list[int], features: torch.Tensor | None = None) -> None:
         w = self.head.weight
         self.cache = BlockCache(self.block.cfg, w.device, w.dtype, capacity=max(256, 2 * len(prompt)))
-        self.pending, self.pending_tokens, self.expect = [], [], None
+        self.pending, self.pending_tokens = [], []
         if len(prompt) < 2:  # no prefill forward, no feature yet: the first round drafts nothing
             return
-        self.pending = [self._prompt_features(prompt)]
+        self.pending = [self._prompt_features(prompt, features)]
         self.pending_tokens = [torch.tensor(prompt[1:], device=w.device)]
 
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
@@ -80,17 +81,14 @@ class FeatureDraft(Draft):
             return proposal, q  # a prefix vocabulary: the loop pads q with zeros beyond it
         return proposal, q.new_zeros(q.shape[0], self.block.cfg.target_vocab).index_copy_(1, self.head.ids, q)
 
-    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
-        lm = self.lm
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None,
+               features: torch.Tensor | None = None) -> None:
         m = new.shape[0] if new is not None else accepted + 1  # tokens just appended
-        fresh = (self.expect is not None and lm.version == self.expect[0] and lm.hidden_start == self.expect[1]
-                 and lm.hidden is not None and lm.hidden.shape[0] >= m)
-        if not fresh:  # someone else ran the target in between: recompute every feature
+        if features is None or features.shape[0] < m:  # a caller that did not hand them over: recompute all
             self._restart(tokens)
             return
-        self.expect = None
-        self.pending.append(lm.hidden[:m])  # f of [last token, accepted proposals]
-        self.pending_tokens.append(new if new is not None else torch.tensor(tokens[-m:], device=lm.hidden.device))
+        self.pending.append(features[:m])  # f of [last token, accepted proposals]
+        self.pending_tokens.append(new if new is not None else torch.tensor(tokens[-m:], device=features.device))
 
     def step_seconds(self, context: list[int]) -> float:
         """Measured seconds of one proposed token after `context` (block + head), on a scratch
@@ -118,8 +116,7 @@ class FeatureDraft(Draft):
 
     # -- internals -------------------------------------------------------------------------
     def _propose(self, tokens: list[int], k: int, warp, generator):
-        lm, w = self.lm, self.head.weight
-        self.expect = (lm.version + 1, len(tokens) - 1)  # the verify forward that follows
+        w = self.head.weight
         if k == 0 or not self.pending:
             return torch.empty(0, dtype=torch.long, device=w.device), None
         feats, toks = torch.cat(self.pending), torch.cat(self.pending_tokens)  # the true pairs not yet cached
@@ -149,27 +146,28 @@ class FeatureDraft(Draft):
         token = self.head.ids[self.head(h)[0].argmax()].view(1)
         return self.block.step(h, self.embed(token), cache), token
 
-    def _prompt_features(self, prompt: list[int]) -> torch.Tensor:
-        """f_0..f_{L-2}: from the prefill that just ran (the usual case), from the last request
-        with this prompt (many sampling draws from one prefix cache), or a scratch forward."""
-        lm, n = self.lm, len(prompt) - 1
-        ids = torch.tensor(prompt[:-1])
-        if (lm.hidden is not None and lm.hidden_start == 0 and lm.hidden.shape[0] == n
-                and torch.equal(lm.hidden_ids.cpu(), ids)):
-            feats = lm.hidden
+    def _prompt_features(self, prompt: list[int], features: torch.Tensor | None) -> torch.Tensor:
+        """f_0..f_{L-2}: from the prefill that just ran (the usual case, handed over by the loop),
+        from the last request with this prompt (many sampling draws from one prefix cache, no
+        prefill), or a scratch forward."""
+        if features is not None and features.shape[0] == len(prompt) - 1:
+            feats = features
         elif self.remembered is not None and self.remembered[0] == tuple(prompt):
             feats = self.remembered[1]
         else:
-            lm.forward(ids[None].to(lm.device), lm.new_cache(), keep=1)
-            feats = lm.hidden
+            feats = self._scratch(prompt[:-1])
         self.remembered = (tuple(prompt), feats)
         return feats
+
+    def _scratch(self, ids: list[int]) -> torch.Tensor:
+        """The target's features of `ids` from a forward of its own: [len(ids), H]."""
+        return self.lm.forward(torch.tensor([ids], device=self.lm.device), self.lm.new_cache(), keep=1,
+                               features=True)[1]
 
     def _restart(self, tokens: list[int]) -> None:
         """Recompute the features of tokens[:-1] with a scratch target forward; re-feed all."""
         self.begin([])
-        self.lm.forward(torch.tensor([tokens[:-1]], device=self.lm.device), self.lm.new_cache(), keep=1)
-        self.pending = [self.lm.hidden]
+        self.pending = [self._scratch(tokens[:-1])]
         self.pending_tokens = [torch.tensor(tokens[1:], device=self.lm.device)]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from specdec_cli.drafts.protocol import Draft
+from specdec_cli.loop.protocol import Draft
 
 MAX_PROPOSAL = 64  # cards.MAX_K: the longest continuation a lookup keeps
 
@@ -26,7 +26,7 @@ class PromptLookupDraft(Draft):
         self.pin = torch.device(device).type == "cuda"  # pinned host memory: an async copy, no sync
         self._last: tuple = (None, 0, [])
 
-    def begin(self, prompt: list[int]) -> None:
+    def begin(self, prompt: list[int], features: torch.Tensor | None = None) -> None:
         self._last = (None, 0, [])
 
     def match(self, tokens: list[int], k: int) -> tuple[int, list[int]]:
@@ -65,5 +65,6 @@ class PromptLookupDraft(Draft):
         proposal = torch.tensor(ids, dtype=torch.long)
         return (proposal.pin_memory() if self.pin else proposal).to(self.device, non_blocking=True)
 
-    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None,
+               features: torch.Tensor | None = None) -> None:
         pass

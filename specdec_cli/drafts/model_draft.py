@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from specdec_cli.engine.kvcache import to_device
-from specdec_cli.drafts.protocol import Draft
+from specdec_cli.loop.protocol import Draft
 
 
 class ModelDraft(Draft):
@@ -32,7 +32,7 @@ class ModelDraft(Draft):
     def window(self) -> int | None:
         return self.lm.max_positions  # an early-exit view's is the target's
 
-    def begin(self, prompt: list[int]) -> None:
+    def begin(self, prompt: list[int], features: torch.Tensor | None = None) -> None:
         self.cache, self.cached, self.base, self.k = self.lm.new_cache(), 0, 0, 0
         self.pending = to_device(prompt, self.lm.device)  # [S]: once per request, without a host sync
 
@@ -65,7 +65,8 @@ class ModelDraft(Draft):
         self.cached = len(tokens) + k - 1
         return torch.cat(out), (torch.stack(qs) if qs else None)
 
-    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None,
+               features: torch.Tensor | None = None) -> None:
         if self.k == 0:  # nothing proposed: the draft is simply further behind
             self.pending = torch.cat([self.pending, _on(new, tokens, self.base, self.lm.device)])
             return

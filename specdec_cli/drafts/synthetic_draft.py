@@ -23,7 +23,7 @@ class SyntheticDraft(OracleDraft):
         super().__init__(None, vocab, agree, seed, device, name)  # `right` below is the oracle
         self.references = references
 
-    def begin(self, prompt: list[int]) -> None:
+    def begin(self, prompt: list[int], features: torch.Tensor | None = None) -> None:
         ref = self.references.get(tuple(prompt))
         if ref is None:
             raise SpecdecError("synthetic draft: no greedy reference for this prompt (run greedy first)", 1)

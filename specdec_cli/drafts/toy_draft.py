@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from specdec_cli.drafts.protocol import Draft
+from specdec_cli.loop.protocol import Draft
 
 
 def _coin(seed: int, position: int) -> float:
@@ -36,7 +36,7 @@ class OracleDraft(Draft):
         self.device, self.name = device, name
         self.forwards = 0
 
-    def begin(self, prompt: list[int]) -> None:
+    def begin(self, prompt: list[int], features: torch.Tensor | None = None) -> None:
         pass
 
     def right(self, context: list[int]) -> int:
@@ -54,5 +54,6 @@ class OracleDraft(Draft):
         self.forwards += k
         return torch.tensor(out, dtype=torch.long).to(self.device, non_blocking=True)
 
-    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None,
+               features: torch.Tensor | None = None) -> None:
         pass

@@ -12,6 +12,7 @@ directory means measuring without caching.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -159,14 +160,13 @@ def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None =
     tries = 0
     while tries <= (repeats or PROBE_REPEATS):  # try 0 warms the shapes up
         for (lm, width, *form), out in zip(jobs, times):
-            if form:
-                set_form(lm.weight_major, width, form[0])
-            ids = torch.tensor([(context * width)[-width:]], device=lm.device)  # [1, width]
-            _sync(lm.device)
-            start = time.perf_counter()
-            probes[id(lm)].forward(ids).argmax(-1).tolist()
-            out.append(time.perf_counter() - start)
-            probes[id(lm)].rollback(width)
+            with lm.forms.trying(1, width, form[0]) if form else contextlib.nullcontext():
+                ids = torch.tensor([(context * width)[-width:]], device=lm.device)  # [1, width]
+                _sync(lm.device)
+                start = time.perf_counter()
+                probes[id(lm)].forward(ids).argmax(-1).tolist()
+                out.append(time.perf_counter() - start)
+                probes[id(lm)].rollback(width)
         tries += 1
         if repeats is None and tries > SLOW_REPEATS and min(times[0][1:]) / jobs[0][1] > SLOW_STEP_S:
             break  # a slow model: fewer timed tries (seconds, not minutes)
@@ -179,7 +179,7 @@ class Probe:
     target (decoding.compile), the loop's fixed-capacity KVCache with its widths warmed untimed."""
 
     def __init__(self, lm, context: list[int], widths: int):
-        self.lm, self.compiled = lm, getattr(lm, "compiled", None) is not None
+        self.lm, self.compiled = lm, getattr(lm, "compiled", False)
         if self.compiled:
             self.cache = KVCache(lm, capacity=capacity_for(lm, len(context) + widths))
             self.cache.warm(range(1, widths + 1))
@@ -219,35 +219,27 @@ def measure_target(target, widths: int) -> tuple[list[int], list[list[float]], t
     contexts = probe_contexts(target.max_positions, widths)
     capacity_for(target, max(contexts) + widths)  # compiled: one capacity for both contexts (one set of graphs)
     forms = choose_forms(target, widths, probe_ids(target, contexts[0]))
+    switch = getattr(target, "forms", None)
     verify, prefills = [], []
-    for length in contexts:
-        verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], probe_ids(target, length),
-                                      prefills=prefills))
+    with switch.keeping() if switch is not None else contextlib.nullcontext():  # timed in the chosen forms
+        if switch is not None:
+            switch.use(*forms)
+        for length in contexts:
+            verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], probe_ids(target, length),
+                                          prefills=prefills))
     return contexts, verify, forms, prefills
 
 
 FORMS = ("linear", "weight_major", "packed")
 
 
-def set_form(switch, n: int, form: str) -> None:
-    """Point a [1, n] forward at one form (any other batch-1 width back to F.linear; batched
-    rectangles untouched)."""
-    use_forms(switch, [n] if form == "weight_major" else [], [n] if form == "packed" else [])
-
-
-def use_forms(switch, major: list[int], packed: list[int]) -> None:
-    """Switch batch-1 widths on as chosen (the profile's choice)."""
-    switch.widths = frozenset(major)
-    switch.packed = frozenset(key for key in switch.packed if key[0] > 1) | {(1, n) for n in packed}
-
-
 def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], list[int]]:
     """For every width n = 1..widths (the greedy step's too), the matmul form the target's [1, n]
     forward is fastest in: F.linear unless W @ xᵀ or oneDNN's prepacked weights (where they run)
-    measured at least 3 % faster, the forms timed in turn (kernels.py). They stay switched on.
-    Returns (weight-major widths, packed widths); ([], []) for a target without the switch (a
+    measured at least 3 % faster, the forms timed in turn (kernels.py); timing leaves every
+    form as it was (profile() switches the choice on). Returns (weight-major widths, packed widths); ([], []) for a target without the switch (a
     GPU, a toy). matmuls all / packed: every width in that form, untimed (an exactness audit)."""
-    switch = getattr(target, "weight_major", None)
+    switch = getattr(target, "forms", None)
     if switch is None:
         return [], []
     every = list(range(1, widths + 1))
@@ -262,7 +254,6 @@ def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], li
         best = {n: form if seconds[n, form] < 0.97 * seconds[n, "linear"] else "linear" for n, form in best.items()}
         major = [n for n in every if best[n] == "weight_major"]
         packed = [n for n in every if best[n] == "packed"]
-    use_forms(switch, major, packed)
     if not packed and not any(key[0] > 1 for key in switch.packed):
         switch.unpack()  # copies made while timing, not chosen
     return major, packed
@@ -290,9 +281,9 @@ def model_key(target, ref: str, revision: str | None) -> dict:
 
 def matmuls(target) -> str:
     """The target's matmul mode (kernels.ForwardPolicy): what its profile was measured under."""
-    if getattr(target, "compiled", None) is not None:
+    if getattr(target, "compiled", False):
         return "compiled"  # decoding.compile: inductor's forms, timed through the compiled forwards
-    switch = getattr(target, "weight_major", None)
+    switch = getattr(target, "forms", None)
     return switch.mode if switch is not None else "off"
 
 
@@ -364,8 +355,8 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     if found is None or found.widths < widths:
         contexts, verify, (major, packed), prefills = measure_target(target, widths)
         found = CostProfile(key, contexts, verify, {}, weight_major=major, packed=packed, prefill_s=prefills)
-    elif getattr(target, "weight_major", None) is not None:
-        use_forms(target.weight_major, found.weight_major, found.packed)  # the forms the curve was measured with
+    if getattr(target, "forms", None) is not None:  # the one decision: the forms the curve was measured with
+        target.forms.use(found.weight_major, found.packed)
     missing = {label: d for label, d in drafts.items() if label not in found.draft_s}
     if missing:
         context = probe_ids(target, found.contexts[0])

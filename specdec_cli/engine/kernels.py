@@ -19,6 +19,7 @@ rows differ from F.linear's in the last bits: the fp32 rounding class verify-exa
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +62,51 @@ class WeightMajor:
         if self.mode == "packed" or (rows, n) in self.packed:
             return "packed"
         return "weight_major" if (n in self.widths if rows == 1 else (rows, n) in self.rectangles) else "linear"
+
+    @contextmanager
+    def trying(self, rows: int, n: int, form: str):
+        """The [rows, n] forward in `form` (linear, weight_major or packed) while timing it; the
+        forms chosen before come back on exit, whatever happened (measuring leaves nothing on)."""
+        before = self.widths, self.rectangles, self.packed
+        if rows == 1:
+            self.widths = (self.widths | {n}) if form == "weight_major" else (self.widths - {n})
+        else:
+            self.rectangles = (self.rectangles | {(rows, n)}) if form == "weight_major" else (self.rectangles - {(rows, n)})
+        self.packed = (self.packed | {(rows, n)}) if form == "packed" else (self.packed - {(rows, n)})
+        try:
+            yield
+        finally:
+            self.widths, self.rectangles, self.packed = before
+
+    @contextmanager
+    def plain(self):
+        """F.linear wherever W @ xᵀ was chosen, until exit (a peer running the model as it comes)."""
+        before = self.widths, self.rectangles
+        self.widths, self.rectangles = frozenset(), frozenset()
+        try:
+            yield
+        finally:
+            self.widths, self.rectangles = before
+
+    @contextmanager
+    def keeping(self):
+        """Whatever is switched on inside, the forms chosen before come back on exit."""
+        before = self.widths, self.rectangles, self.packed
+        try:
+            yield
+        finally:
+            self.widths, self.rectangles, self.packed = before
+
+    def use(self, weight_major: list[int], packed: list[int]) -> None:
+        """One-row forwards [1, n] switched on as a profile chose (every other one-row width
+        back to F.linear; batched rectangles untouched)."""
+        self.widths = frozenset(weight_major)
+        self.packed = frozenset(key for key in self.packed if key[0] > 1) | {(1, n) for n in packed}
+
+    def use_rectangles(self, weight_major: set, packed: set) -> None:
+        """Batched forwards [rows, n] switched on as a profile chose (added to those already on)."""
+        self.rectangles = self.rectangles | frozenset(weight_major)
+        self.packed = self.packed | frozenset(packed)
 
     def pack(self, layer: torch.nn.Linear) -> torch.Tensor:
         if layer not in self.packs:

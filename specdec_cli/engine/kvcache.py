@@ -31,17 +31,13 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from specdec_cli.errors import SpecdecError
 
 PAD = 0  # the id that fills a pinned forward's unused slots (any id will do: its outputs are dropped)
-CAPACITY_STEP = 256  # a compiled target's KV capacities are multiples of this (capacity_for)
 
 
 def capacity_for(lm, columns: int) -> int:
-    """The KV capacity a request needing `columns` gets. A compiled target (decoding.compile) has a
-    graph per capacity, so its capacity is a multiple of CAPACITY_STEP and never shrinks: requests,
-    and the cost profile's probes, share one set of graphs."""
-    if getattr(lm, "compiled", None) is None:
-        return columns
-    lm.capacity = max(lm.capacity, -(-columns // CAPACITY_STEP) * CAPACITY_STEP)
-    return lm.capacity
+    """The KV capacity a request needing `columns` gets: the target's to say (HFLM.reserve: a
+    compiled target's capacities are shared steps); any other model gets `columns`."""
+    reserve = getattr(type(lm), "reserve", None)
+    return lm.reserve(columns) if reserve is not None else columns
 
 
 def to_device(values: list, device) -> torch.Tensor:
@@ -53,12 +49,16 @@ def to_device(values: list, device) -> torch.Tensor:
     return host.pin_memory().to(device, non_blocking=True)
 
 
-def prefill(lm, cache, prompt: list[int]) -> int:
-    """Cache every prompt token but the last (the first round feeds it). Returns forwards made."""
+def prefill(lm, cache, prompt: list[int], features: bool = False):
+    """Cache every prompt token but the last (the first round feeds it). Returns the forwards
+    made; with `features`, (forwards, the prefill's hidden states [L-1, H] or None)."""
     if len(prompt) < 2:
-        return 0
-    lm.forward(to_device([prompt[:-1]], lm.device), cache, keep=1)  # logits unused
-    return 1
+        return (0, None) if features else 0
+    ids = to_device([prompt[:-1]], lm.device)
+    if not features:
+        lm.forward(ids, cache, keep=1)  # logits unused
+        return 1
+    return 1, lm.forward(ids, cache, keep=1, features=True)[1]
 
 
 class SerialCache:
@@ -68,13 +68,14 @@ class SerialCache:
     def __init__(self, target, width: int | None = None):
         self.target, self.width, self.caches, self.fed = target, width, [], 0
 
-    def add(self, prompt: list[int], prefix=None) -> int:
-        """A new last row holding prompt[:-1] (a copy of `prefix` when given); returns the forwards made."""
+    def add(self, prompt: list[int], prefix=None, features: bool = False):
+        """A new last row holding prompt[:-1] (a copy of `prefix` when given); returns the
+        forwards made (with `features`, and the prefill's hidden states, as prefill)."""
         if prefix is not None:
             self.caches.append(copy.deepcopy(prefix))
-            return 0
+            return (0, None) if features else 0
         self.caches.append(self.target.new_cache())
-        return prefill(self.target, self.caches[-1], prompt)
+        return prefill(self.target, self.caches[-1], prompt, features)
 
     def select(self, rows: list[int]) -> None:
         self.caches = [self.caches[i] for i in rows]
@@ -82,13 +83,17 @@ class SerialCache:
     def warm(self, widths) -> None:
         """Nothing to compile here (KVCache.warm)."""
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids [B, S] -> logits [B, S, V]; appends S positions (W when pinned) to every row."""
+    def forward(self, ids: torch.Tensor, features: bool = False):
+        """ids [B, S] -> logits [B, S, V]; appends S positions (W when pinned) to every row.
+        With `features`, (logits, hidden states [B, S, H])."""
         s = ids.shape[1]
         if self.width is not None:
             ids = torch.cat([ids, ids.new_full((ids.shape[0], self.width - s), PAD)], 1)
         self.fed = ids.shape[1]
-        return torch.stack([self.target.forward(ids[i : i + 1], c)[:s] for i, c in enumerate(self.caches)])
+        if not features:  # the toy's and a replay's forwards know no features
+            return torch.stack([self.target.forward(ids[i : i + 1], c)[:s] for i, c in enumerate(self.caches)])
+        outs = [self.target.forward(ids[i : i + 1], c, features=True) for i, c in enumerate(self.caches)]
+        return torch.stack([o[0][:s] for o in outs]), torch.stack([o[1][:s] for o in outs])
 
     def keep(self, kept: list[int]) -> None:
         """Row i keeps the first kept[i] of the positions just fed."""
@@ -126,7 +131,7 @@ class KVCache:
         self.lm, self.columns, self.lengths = lm, 0, []
         self.width, self.rows = width, rows  # pinned: every forward [rows, width] over `capacity` columns
         # fixed: every forward over all `capacity` columns (pinned, or a compiled target: a static shape per width)
-        self.fixed = width is not None or lm.compiled is not None
+        self.fixed = width is not None or lm.compiled
         problem = unsupported(lm)
         if problem:
             raise SpecdecError(f"{card_name}: {problem}")
@@ -161,12 +166,13 @@ class KVCache:
                 new[: old.shape[0], :, : old.shape[2]] = old
                 setattr(layer, name, new)
 
-    def add(self, prompt: list[int], prefix=None) -> int:
+    def add(self, prompt: list[int], prefix=None, features: bool = False):
         """A new last row holding prompt[:-1]: prefilled alone, the same way in every mode (or
-        copied from `prefix`, a cache holding that prefill). Returns the forwards made."""
-        alone, forwards = (prefix, 0) if prefix is not None else (self.lm.new_cache(), None)
-        if forwards is None:
-            forwards = prefill(self.lm, alone, prompt)
+        copied from `prefix`, a cache holding that prefill). Returns the forwards made (with
+        `features`, and the prefill's hidden states, as prefill)."""
+        alone, made = (prefix, (0, None)) if prefix is not None else (self.lm.new_cache(), None)
+        if made is None:
+            made = prefill(self.lm, alone, prompt, features=True) if features else (prefill(self.lm, alone, prompt), None)
         row, n = len(self.lengths), len(prompt) - 1
         self._reserve(row + 1, n)
         if n:
@@ -174,22 +180,20 @@ class KVCache:
                 m = own.keys.shape[2]  # a sliding layer may hold only the last positions
                 layer.keys[row, :, n - m : n], layer.values[row, :, n - m : n] = own.keys[0], own.values[0]
         self.lengths.append(n)
-        return forwards
+        return made if features else made[0]
 
     def warm(self, widths) -> None:
         """Under decoding.compile, run each forward shape [rows, n] the loop will take once now
         (pinned: n = W; free: n in `widths`), padding only: outputs dropped, the columns written
         are overwritten later. So compiles fall before any request's clock starts. A shape the
-        target has run is skipped; without compile, nothing to do."""
-        if self.lm.compiled is None:
-            return
+        target has run is skipped (HFLM.warm); without compile, nothing to do."""
         for n in [self.width] if self.width is not None else widths:
-            key = (self.rows, n, self.capacity)
-            if key not in self.lm.warmed:
-                lengths, self.lengths = self.lengths, [0] * self.rows
-                self.forward(torch.zeros(self.rows, n, dtype=torch.long, device=self.lm.device))
-                self.lengths = lengths
-                self.lm.warmed.add(key)
+            self.lm.warm((self.rows, n, self.capacity), lambda n=n: self._pad_forward(n))
+
+    def _pad_forward(self, n: int) -> None:
+        lengths, self.lengths = self.lengths, [0] * self.rows
+        self.forward(torch.zeros(self.rows, n, dtype=torch.long, device=self.lm.device))
+        self.lengths = lengths
 
     def select(self, rows: list[int]) -> None:
         """Keep these rows, in this order, as rows 0..len(rows)-1."""
@@ -203,9 +207,9 @@ class KVCache:
             layer.values[: len(rows), :, :width] = layer.values[at, :, :width]
         self.lengths = [self.lengths[i] for i in rows]
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, features: bool = False):
         """ids [B, S] -> logits [B, S, V]: each row's S positions at its own columns (pinned: fed
-        as [rows, W], padded)."""
+        as [rows, W], padded). With `features`, (logits, hidden states [B, S, H])."""
         b, s = ids.shape
         lengths = self.lengths
         if self.width is not None:
@@ -224,9 +228,9 @@ class KVCache:
             window = self._mask(visible & (column > self.at - self.window))
             mask = {"full_attention": mask, "sliding_attention": window} if self.sliding == "mixed" else window
         with _grouped_attention(ids.device.type == "cpu"):
-            logits = self.lm.run(ids, self.cache, start=lengths[0], fixed=self.fixed,
-                                 attention_mask=mask, position_ids=positions)
-        return logits[:b, :s]
+            out = self.lm.run(ids, self.cache, fixed=self.fixed, features=features,
+                              attention_mask=mask, position_ids=positions)
+        return (out[0][:b, :s], out[1][:b, :s]) if features else out[:b, :s]
 
     def _mask(self, visible: torch.Tensor) -> torch.Tensor:
         if self.attention != "eager":
@@ -267,11 +271,11 @@ def unsupported(lm) -> str | None:
 
 
 def cache_for(target, card_name: str = "the target", rows: int = 1, width: int | None = None,
-             capacity: int | None = None):
+              capacity: int | None = None, features: bool = False):
     """The loop's cache for `target`: KVCache for a transformers model, SerialCache otherwise (and
     for a transformers model KVCache cannot hold, one request at a time in free shapes: its own
     cache, rolled back with crop). `width` W pins every forward to [rows, W] over `capacity`
-    columns (None: free shapes)."""
+    columns (None: free shapes); `features`: the draft reads the target's hidden states (batch 1)."""
     from specdec_cli.engine.models import HFLM
 
     if not isinstance(target, HFLM):
@@ -281,7 +285,7 @@ def cache_for(target, card_name: str = "the target", rows: int = 1, width: int |
         return SerialCache(target, width)
     if problem and rows > 1:
         raise SpecdecError(f"--batch: {card_name}: {problem}; use --batch 1")
-    if target.keep_hidden and rows > 1:
+    if features and rows > 1:
         raise SpecdecError("--batch: a features draft reads the target's batch-1 hidden states; use --batch 1")
     return KVCache(target, card_name, rows, width, capacity)
 

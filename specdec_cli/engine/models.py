@@ -25,9 +25,11 @@ import torch
 from specdec_cli.checks import DTYPE_NAMES
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import cache_dir
+from specdec_cli.engine import kernels
 from specdec_cli.engine.tokenizers import ByteTokenizer, HFTokenizer, ToyTokenizerAdapter
 from specdec_cli.engine.toy_model import ToyLM
 
+CAPACITY_STEP = 256  # a compiled target's KV capacities are multiples of this (HFLM.reserve)
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # name -> torch.dtype
 
 
@@ -148,24 +150,19 @@ def _file_ref(path: Path, ref: str) -> ModelRef:
 
 # ---------------------------------------------------------------------------- models
 class HFLM:
-    """A transformers causal LM behind the small interface above (batch size 1).
+    """A transformers causal LM behind the small interface above (batch size 1), and, as the
+    target, the owner of how its forwards run: its forward policy (shapes, matmul forms,
+    compiled graphs; `configure`), its KV capacity (`reserve`) and the compiled shapes it has
+    run (`warm`). That state is private: other modules ask through these methods and read the
+    properties, so nothing outside the engine changes how the target runs.
 
-    With `keep_hidden` on (a features draft sets it), each forward also keeps `hidden`: the
-    final hidden states [S, H] of all S positions fed (what the LM head reads), taken from the
-    decoder's output by a hook held only during the call, so the logits come from transformers'
-    own unchanged path. `hidden_start` (cache length before that forward), `hidden_ids` (ids
-    fed) and `version` (forwards that kept one) tell a reader whether `hidden` is the one it
-    expects."""
-
-    keep_hidden = False
-    hidden, hidden_ids, hidden_start, version = None, None, 0, 0
-    weight_major = None  # a CPU target's kernels.WeightMajor: which widths run W @ xᵀ (the cost profile's)
-    compiled = None  # the model through kernels.compiled (decoding.compile): what the loop's decode forwards run
+    A forward asked for `features` also returns the final hidden states [.., S, H] of every
+    position fed (what the LM head reads; a features draft drafts from them), taken from the
+    decoder's output by a hook held only during that call: the logits come from transformers'
+    own unchanged path."""
 
     def __init__(self, model, config=None):
         self.model = model.eval()
-        self.warmed: set = set()  # the compiled model's (rows, W, capacity) shapes run so far (KVCache.warm)
-        self.capacity = 0  # the compiled model's KV capacity so far (kvcache.capacity_for)
         self.config = config or model.config
         # Where input ids go: the embedding's device. Same as model.device on one device; with
         # device_map: auto the layers sit on several devices and this is the first of them.
@@ -173,7 +170,69 @@ class HFLM:
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         text = self.config.get_text_config(decoder=True)
         self.max_positions = getattr(text, "max_position_embeddings", None)
+        self._policy = kernels.ForwardPolicy("free", "off")
+        self._compiled = None  # the model through kernels.compiled (decoding.compile): the decode forwards' model
+        self._warmed: set = set()  # the compiled model's (rows, W, capacity) shapes run so far (KVCache.warm)
+        self._capacity = 0  # the compiled model's KV capacity so far (reserve)
 
+    # -- the forward policy ------------------------------------------------------------------
+    @property
+    def policy(self) -> kernels.ForwardPolicy:
+        return self._policy
+
+    @property
+    def forms(self) -> kernels.WeightMajor | None:
+        """The matmul forms' switch (kernels.py), None where the forms are not chosen (a GPU,
+        matmuls: off, compile)."""
+        return self._policy.switch
+
+    @property
+    def compiled(self) -> bool:
+        return self._compiled is not None
+
+    def configure(self, shapes: str, matmuls: str = "off", compile: bool = False) -> kernels.ForwardPolicy:
+        """Set how every later forward runs, once, when the pair is loaded: `shapes` (pinned or
+        free), `matmuls` (a CPU float32 target's forms: measure, all, packed; off = F.linear),
+        `compile` (inductor for the decode forwards; it chooses the matmuls). packed frees the
+        plain weights (kernels.WeightMajor.pack_all): check can_pack first."""
+        switch = None
+        if compile:
+            self._compiled = kernels.compiled(self.model)
+        elif matmuls != "off":
+            switch = kernels.install(self.model, matmuls)  # F.linear until the cost profile chooses
+            if matmuls == "packed":
+                switch.pack_all(self.model)
+        self._policy = kernels.ForwardPolicy(shapes, matmuls if switch is not None else "off", switch, compile)
+        return self._policy
+
+    def can_pack(self) -> bool:
+        return kernels.can_pack(self.model)
+
+    def reserve(self, columns: int) -> int:
+        """The KV capacity a request needing `columns` gets. A compiled target has a graph per
+        capacity, so its capacity is a multiple of CAPACITY_STEP and never shrinks: requests and
+        the cost profile's probes share one set of graphs. Others get exactly what they need."""
+        if self._compiled is None:
+            return columns
+        self._capacity = max(self._capacity, -(-columns // CAPACITY_STEP) * CAPACITY_STEP)
+        return self._capacity
+
+    def warm(self, shape: tuple, run) -> None:
+        """Run `run()` once per compiled forward shape (rows, W, capacity), so a compile falls
+        before a request's clock starts; a shape run before, or an eager target, runs nothing."""
+        if self._compiled is not None and shape not in self._warmed:
+            run()
+            self._warmed.add(shape)
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def warmed(self) -> frozenset:
+        return frozenset(self._warmed)
+
+    # -- forwards ----------------------------------------------------------------------------
     def new_cache(self):
         from transformers import DynamicCache
 
@@ -183,41 +242,34 @@ class HFLM:
         cache.activate_past_recording()
         return cache
 
-    def forward(self, ids: torch.Tensor, cache, keep: int = 0) -> torch.Tensor:
-        """ids [1, S] -> logits [S, V] (the last `keep` rows when keep > 0)."""
-        return self.run(ids, cache, keep, start=cache.get_seq_length())[0]
+    def forward(self, ids: torch.Tensor, cache, keep: int = 0, features: bool = False):
+        """ids [1, S] -> logits [S, V] (the last `keep` rows when keep > 0); with `features`,
+        (logits, the final hidden states [S, H] of every position fed)."""
+        out = self.run(ids, cache, keep, features=features)
+        return (out[0][0], out[1][0]) if features else out[0]
 
-    def run(self, ids: torch.Tensor, cache, keep: int = 0, start: int = 0, fixed: bool = False,
-            **inputs) -> torch.Tensor:
+    def run(self, ids: torch.Tensor, cache, keep: int = 0, fixed: bool = False, features: bool = False, **inputs):
         """ids [B, S] -> logits [B, S, V] through `cache` (`inputs`: the loop's own mask and
         positions, kvcache.py; `fixed`: a decode forward over a fixed-capacity KV buffer, a static
-        shape, run compiled when compiled is set).
-        A prefill (keep > 0) takes torch's own matmuls, as in generate; with keep_hidden, row 0's
-        final hidden states are kept, `start` the cache length before."""
-        switch = self.weight_major
+        shape, run compiled when compiled). With `features`, (logits, hidden states [B, S, H]).
+        A prefill (keep > 0) takes torch's own matmuls, as in generate."""
+        switch = self._policy.switch
         if switch is not None and keep:
             switch.paused = True
-        model = self.compiled if fixed and self.compiled is not None else self.model
+        model = self._compiled if fixed and self._compiled is not None else self.model
         try:
-            return self._run(model, ids, cache, keep, start, inputs)
+            if not features:
+                return model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
+            kept = []
+            hook = self.model.get_decoder().register_forward_hook(lambda m, a, out: kept.append(out[0]))
+            try:
+                logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
+            finally:
+                hook.remove()
+            return logits, kept[-1]  # last_hidden_state [B, S, H]
         finally:
             if switch is not None:
                 switch.paused = False
-
-    def _run(self, model, ids: torch.Tensor, cache, keep: int, start: int, inputs: dict) -> torch.Tensor:
-        if not self.keep_hidden:
-            return model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
-        self.hidden = None  # None unless the hook fires
-        hook = self.model.get_decoder().register_forward_hook(self._keep)
-        try:
-            logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
-        finally:
-            hook.remove()
-        self.hidden_ids, self.hidden_start, self.version = ids[0], start, self.version + 1
-        return logits
-
-    def _keep(self, module, args, output) -> None:
-        self.hidden = output[0][0]  # last_hidden_state [1, S, H] -> [S, H]
 
 
 def early_exit(lm: HFLM, layers: int) -> HFLM:

@@ -54,8 +54,8 @@ class SimulatedCost(Draft):
     def forwards(self) -> int:
         return self.draft.forwards
 
-    def begin(self, prompt: list[int]) -> None:
-        self.draft.begin(prompt)
+    def begin(self, prompt: list[int], features: torch.Tensor | None = None) -> None:
+        self.draft.begin(prompt, features)
 
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
         proposal = self.draft.propose(tokens, k)
@@ -63,8 +63,9 @@ class SimulatedCost(Draft):
             time.sleep(self.cost * self.step_s * k)
         return proposal
 
-    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
-        self.draft.update(tokens, accepted, new)
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None,
+               features: torch.Tensor | None = None) -> None:
+        self.draft.update(tokens, accepted, new, features)
 
 
 @dataclass

@@ -89,10 +89,9 @@ def hf_generate(pair: Pair, ids: list[int], max_tokens: int, peer: Peer | None =
     kwargs = dict(attention_mask=torch.ones_like(x), max_new_tokens=max_tokens, do_sample=False, num_beams=1,
                   pad_token_id=pad if pad is not None else min(pair.eos, default=0))
     handle = model.register_forward_hook(count)
-    switch = pair.target.weight_major or WeightMajor()  # transformers as it comes: F.linear at every width
-    widths, switch.widths, rectangles, switch.rectangles = switch.widths, frozenset(), switch.rectangles, frozenset()
-    try:
-        with _fixed_k(peer.assistant if peer else None, peer.k if peer else 0):
+    switch = pair.target.forms or WeightMajor()
+    try:  # transformers as it comes: F.linear at every width (the prepacked weights stay where they are the only copy)
+        with switch.plain(), _fixed_k(peer.assistant if peer else None, peer.k if peer else 0):
             _sync(pair.device)
             start = time.perf_counter()
             out = model.generate(x, **kwargs, **(peer.kwargs if peer else {}))
@@ -100,5 +99,4 @@ def hf_generate(pair: Pair, ids: list[int], max_tokens: int, peer: Peer | None =
             wall = time.perf_counter() - start
     finally:
         handle.remove()
-        switch.widths, switch.rectangles = widths, rectangles
     return out[0, len(ids):].tolist(), wall, calls[0]

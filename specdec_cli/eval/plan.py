@@ -47,8 +47,8 @@ class ReplayTarget:
     of that sequence (it is exact). Past the end it answers token 0 (the loop has stopped by
     then: the continuation ends at EOS or max_tokens).
 
-    A target that hands its hidden states to a feature draft (`keep_hidden`) gets them from
-    one real teacher-forced forward over the whole sequence, sliced per replayed forward."""
+    A forward asked for `features` (a features draft reads them) answers with slices of one real
+    teacher-forced forward over the whole sequence, made on first ask."""
 
     replayed = True  # its forwards cost nothing: the loop reports no verify times to the schedule
 
@@ -58,24 +58,24 @@ class ReplayTarget:
         self.max_positions = real.max_positions
         pad = [0] * (MAX_K + 1)  # proposals may run past the continuation's EOS; the loop stops there
         self.next = torch.tensor(sequence[1:] + pad, device=real.device)  # the token after each position
-        self.hidden = None
-        if getattr(real, "keep_hidden", False):
-            with torch.inference_mode():
-                real.forward(torch.tensor([sequence], device=real.device), real.new_cache(), keep=1)
-            self.hidden = real.hidden  # [L, H]
+        self.hidden = None  # [L, H]: the real target's features of the whole sequence, when first asked
 
     def new_cache(self) -> ReplayCache:
         return ReplayCache()
 
-    def forward(self, ids: torch.Tensor, cache: ReplayCache, keep: int = 0) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, cache: ReplayCache, keep: int = 0, features: bool = False):
+        """As HFLM.forward: logits [S, V], with `features` (logits, features [S, H])."""
         start, width = cache.length, ids.shape[1]
         cache.length += width
-        if self.hidden is not None:
-            self.real.hidden = self.hidden[start : start + width]
         rows = range(start + width - keep, start + width) if keep else range(start, start + width)
         logits = torch.zeros(len(rows), self.vocab_size, device=self.device)  # [S, V]
         logits[torch.arange(len(rows)), self.next[rows.start : rows.stop]] = 1.0
-        return logits
+        if not features:
+            return logits
+        if self.hidden is None:
+            sequence = torch.tensor([self.sequence], device=self.device)
+            self.hidden = self.real.forward(sequence, self.real.new_cache(), keep=1, features=True)[1]
+        return logits, self.hidden[start : start + width]
 
 
 @dataclass

@@ -10,6 +10,7 @@ batched requests, timed, are in generation.py (`generate_many`).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from typing import Iterator
@@ -61,7 +62,7 @@ class Lengths:
             r.draft.pinned = d
 
 
-FORMS = ("linear", "major", "packed")  # F.linear, W @ xᵀ, oneDNN's prepacked weights (kernels.py)
+FORMS = ("linear", "weight_major", "packed")  # F.linear, W @ xᵀ, oneDNN's prepacked weights (kernels.py)
 
 
 @torch.inference_mode()
@@ -76,9 +77,9 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
     the n that take the prepacked weights). Prepacked copies not chosen are freed."""
     from specdec_cli.engine.costs import _sync
 
-    switch = getattr(target, "weight_major", None)
-    offered = FORMS if switch is not None and kernels.can_pack(target.model) else FORMS[:2]
-    forced = {"all": "major", "packed": "packed"}.get(switch.mode if switch is not None else "off")
+    switch = getattr(target, "forms", None)
+    offered = FORMS if switch is not None and target.can_pack() else FORMS[:2]
+    forced = {"all": "weight_major", "packed": "packed"}.get(switch.mode if switch is not None else "off")
     forms = {n: ("linear",) if switch is None or n == 1 else (forced,) if forced else offered
              for n in range(1, widths + 1)}
     cache = cache_for(target, rows=rows, capacity=capacity_for(target, len(context) + widths))  # compiled: fixed
@@ -86,27 +87,21 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
     for _ in range(rows):
         cache.add(context)
     times = {(n, form): [] for n in forms for form in forms[n]}
-    base = (switch.rectangles, switch.packed) if switch is not None else None
-    try:
-        for _ in range(repeats + 1):
-            for n, form in times:
-                if switch is not None:
-                    switch.rectangles = base[0] | ({(rows, n)} if form == "major" else set())
-                    switch.packed = base[1] | ({(rows, n)} if form == "packed" else set())
+    packed_before = switch is not None and bool(switch.packed)
+    for _ in range(repeats + 1):
+        for n, form in times:
+            with switch.trying(rows, n, form) if switch is not None else contextlib.nullcontext():
                 ids = torch.tensor([context[-n:]] * rows, device=target.device)
                 _sync(target.device)
                 start = time.perf_counter()
                 cache.forward(ids).argmax(-1).tolist()
                 times[n, form].append(time.perf_counter() - start)
                 cache.keep([0] * rows)
-    finally:
-        if switch is not None:
-            switch.rectangles, switch.packed = base
     best = {n: min(forms[n], key=lambda form: statistics.median(times[n, form][1:])) for n in forms}
-    if switch is not None and "packed" not in best.values() and not base[1]:
+    if switch is not None and "packed" not in best.values() and not packed_before:
         switch.unpack()
     return ([statistics.median(times[n, best[n]][1:]) for n in forms],
-            [n for n in forms if best[n] == "major"], [n for n in forms if best[n] == "packed"])
+            [n for n in forms if best[n] == "weight_major"], [n for n in forms if best[n] == "packed"])
 
 
 def batch_costs(pair, drafts: tuple, k: int, batch: int):
@@ -122,13 +117,12 @@ def batch_costs(pair, drafts: tuple, k: int, batch: int):
     profile = pair.cost_profile(drafts, k + 1)
     context = probe_ids(pair.target, profile.contexts[0])
     with_batch(profile, batch, lambda widths: rectangle_seconds(pair.target, batch, widths, context))
-    switch = pair.target.weight_major
-    if switch is not None:  # each full batch's rectangle takes the form measured fastest for it
-        switch.rectangles = switch.rectangles | {(batch, n) for n in profile.batch_weight_major.get(str(batch), [])}
+    switch = pair.target.forms
+    if switch is not None:  # each full batch's rectangle takes the form measured fastest for it...
         # ...and prepacked, its partial batches too: from 3 matmul rows up (a [2, 2] rectangle
         # has 4) the prepacked form was the fastest of the three at every row count we timed
-        switch.packed = switch.packed | {(rows, n) for rows in range(2, batch + 1)
-                                         for n in profile.batch_packed.get(str(batch), [])}
+        switch.use_rectangles({(batch, n) for n in profile.batch_weight_major.get(str(batch), [])},
+                              {(rows, n) for rows in range(2, batch + 1) for n in profile.batch_packed.get(str(batch), [])})
     return profile
 
 

@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from specdec_cli.loop.protocol import Draft
 from specdec_cli.loop.metrics import Round, Stats
 from specdec_cli.engine.kvcache import prefill, cache_for, capacity_for, to_device  # noqa: F401  (prefill: re-exported)
 
@@ -46,7 +47,7 @@ def _elapsed(start: float, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-class NoDraft:
+class NoDraft(Draft):
     """Proposes nothing: the loop becomes plain decoding, one target forward per token."""
 
     name, forwards, free = "none", 0, True
@@ -54,17 +55,11 @@ class NoDraft:
     def __init__(self, device):
         self.empty = torch.empty(0, dtype=torch.long, device=device)  # allocated once: no copy per round
 
-    def begin(self, prompt: list[int]) -> None:
-        pass
-
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
         return self.empty
 
     def propose_sampled(self, tokens: list[int], k: int, warp, generator) -> tuple[torch.Tensor, None]:
         return self.empty, None
-
-    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
-        pass
 
 
 class Greedy:
@@ -123,38 +118,61 @@ class Request:
         return Result(self.out, self.stats, self.rounds, self.logits)
 
 
-def round_(cache, live: list[Request], k: int, max_tokens: int, eos: frozenset[int], lengths=None, timed=None) -> None:
-    """One round for every live row: draft, ONE verify forward [B, d+1], per-row accept and rollback.
-    The round's only host sync is one `.tolist()` (accepted counts + tokens); tokens fed back
-    to the target and the drafts stay on the device."""
-    caps = [min(k, max_tokens - len(r.out) - 1) for r in live]  # never draft past the end
-    if lengths is not None:  # the cost schedule's one d for the batch
+@dataclass
+class Verdicts:
+    """The round's outcome for its B rows, read back from the device in one host sync.
+    accepted  [B]         n_i: the proposals row i keeps
+    chosen    [B][d+1]    the verifier's tokens for row i: chosen[i][:n_i + 1] are the round's
+                          tokens (proposal[:n_i] + the correction or bonus); the rest is padding"""
+
+    accepted: list[int]
+    chosen: list[list[int]]
+
+    @classmethod
+    def read(cls, verdicts: list[tuple[torch.Tensor, torch.Tensor]], d: int) -> Verdicts:
+        """verdicts: per row (n 0-dim, emitted [d_i + 1]) on the device -> host lists."""
+        table = torch.stack([torch.cat([n.view(1), e, e.new_zeros(d - e.shape[0] + 1)]) for n, e in verdicts])  # [B, d+2]
+        rows = table.tolist()  # the round's one host sync
+        return cls([row[0] for row in rows], [row[1:] for row in rows])
+
+
+def round_(cache, live: list[Request], k: int, max_tokens: int, eos: frozenset[int], lengths=None,
+           timed: bool = False) -> None:
+    """One round for every live row: draft, ONE verify forward [B, d+1], per-row accept and
+    rollback. The round's only host sync is Verdicts.read; tokens fed back to the target and
+    the drafts stay on the device."""
+    # 1. each row's budget: k, never past max_tokens (under the cost schedule, one d for the batch)
+    caps = [min(k, max_tokens - len(r.out) - 1) for r in live]
+    if lengths is not None:
         lengths.pin(live, caps)
+    # 2. proposals, padded into one rectangle [B, d+1]: the last token, then the proposal
     drafts = [r.verifier.propose(r.draft, r.tokens, cap) for r, cap in zip(live, caps)]
-    d = max(p.shape[0] for p, _ in drafts)  # the rectangle [B, d+1]; shorter proposals padded, never verified
+    d = max(p.shape[0] for p, _ in drafts)
     ids = torch.stack([torch.cat([r.last, p, r.last.new_zeros(d - p.shape[0])]) for r, (p, _) in zip(live, drafts)])
+    # 3. one verify forward (with the hidden states when the draft drafts from them)
+    features = live[0].draft.reads_features
     clock = time.perf_counter()
-    logits = cache.forward(ids)  # [B, d+1, V]
+    out = cache.forward(ids, features=features)
+    logits, hidden = out if features else (out, None)  # [B, d+1, V], [B, d+1, H] or None
+    # 4. accept: each row's verifier on the device, then the one host sync
     verdicts = [r.verifier.verify(logits[i, : p.shape[0] + 1], p, q) for i, (r, (p, q)) in enumerate(zip(live, drafts))]
-    flat = torch.cat([torch.cat([n.view(1), e]) for n, e in verdicts]).tolist()  # the round's one host sync
+    read = Verdicts.read(verdicts, d)
     if timed:  # a draft that learns what verifies cost (the cost schedule), at batch 1
-        timed(cache.width or d + 1, time.perf_counter() - clock, len(live[0].tokens))  # pinned: always W wide
-    kept, at = [], 0
+        live[0].draft.observe_verify(cache.width or d + 1, time.perf_counter() - clock, len(live[0].tokens))  # pinned: W wide
+    # 5. commit: each row's new tokens, its draft told, its cache row rolled back to what it kept
     for i, (r, (p, _), (_, emitted)) in enumerate(zip(live, drafts, verdicts)):
-        n, chosen = flat[at], flat[at + 1 : at + p.shape[0] + 2]
-        at += p.shape[0] + 2
-        kept.append(n + 1)  # the row now holds tokens + proposal[:n] (+ the last token fed)
-        new, r.done = stop(chosen[: n + 1], len(r.out), max_tokens, eos)  # accepted + correction/bonus
+        n = read.accepted[i]
+        new, r.done = stop(read.chosen[i][: n + 1], len(r.out), max_tokens, eos)  # accepted + correction/bonus
         if r.logits is not None:
             r.logits += list(logits[i, : len(new)].float().cpu())
         fresh = emitted[: len(new)]  # `new`, still on the device
         r.last = fresh[-1:]
         r.tokens += new
         r.out += new
-        r.draft.update(r.tokens, n, fresh)
+        r.draft.update(r.tokens, n, fresh, None if hidden is None else hidden[i, : len(new)])
         r.rounds.append(Round(drafted=p.shape[0], accepted=n, emitted=len(new)))
         r.stats.observe(r.rounds[-1])
-    cache.keep(kept)
+    cache.keep([n + 1 for n in read.accepted])  # row i holds tokens + proposal[:n_i] (+ the last token fed)
 
 
 @torch.inference_mode()
@@ -169,17 +187,22 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
     (many sampling draws of one prompt); `trace` keeps each emitted token's logits row."""
     width = width if width is None else max(width, k + 1)
     capacity = capacity_for(target, max(map(len, prompts), default=1) + max_tokens + (width or 0))
-    cache = cache_for(target, card_name, batch, width, capacity)
+    features = draft.reads_features  # the draft drafts from the target's hidden states (batch 1)
+    cache = cache_for(target, card_name, batch, width, capacity, features)
     cache.warm(range(1, k + 2))  # decoding.compile: new shapes compile now, before any request's clock starts
-    timed = None if batch > 1 or getattr(target, "replayed", False) else getattr(draft, "observe_verify", None)
+    timed = batch == 1 and not getattr(target, "replayed", False)  # a replay's forwards cost nothing
     waiting, live = deque(enumerate(prompts)), []
     while waiting or live:
         while waiting and len(live) < batch:
             index, prompt = waiting.popleft()
             r = Request(index, prompt, fork(draft) if batch > 1 else draft, verifier(),
                         to_device([prompt[-1]], target.device), logits=[] if trace else None)
-            r.stats.target_forwards = cache.add(prompt, prefix)
-            r.draft.begin(prompt)
+            if features:
+                r.stats.target_forwards, prompt_features = cache.add(prompt, prefix, features=True)
+                r.draft.begin(prompt, prompt_features)
+            else:
+                r.stats.target_forwards = cache.add(prompt, prefix)
+                r.draft.begin(prompt)
             live.append(r)
         round_(cache, live, k, max_tokens, eos, lengths, timed)
         for r in live:

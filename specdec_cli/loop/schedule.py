@@ -28,6 +28,9 @@ class Fixed:
     def length(self, key: int, k: int, context: int) -> int:
         return k
 
+    def observe_verify(self, width: int, seconds: float, context: int) -> None:
+        pass  # only the cost schedule learns what verifies cost
+
     def observe(self, key: int, drafted: int, accepted: int) -> None:
         pass
 
@@ -49,6 +52,9 @@ class Heuristic:
         self.cap = max(self.cap, k)  # the request's k (rounds near max_tokens ask for less)
         self.limit = min(self.limit, self.cap)
         return min(k, self.limit)
+
+    def observe_verify(self, width: int, seconds: float, context: int) -> None:
+        pass  # only the cost schedule learns what verifies cost
 
     def observe(self, key: int, drafted: int, accepted: int) -> None:
         self.limit = min(self.limit + 2, self.cap) if accepted == drafted else max(1, self.limit - 1)
@@ -260,17 +266,18 @@ class Scheduled:
     def __init__(self, draft, schedule):
         self.draft, self.schedule = draft, schedule
         self.name = f"{draft.name}+{schedule.name}"
-        self.needs_reference, self.free = draft.needs_reference, draft.free  # the draft's declared capabilities (drafts/base.py)
+        # the draft's declared capabilities (loop/protocol.py)
+        self.needs_reference, self.free, self.reads_features = draft.needs_reference, draft.free, draft.reads_features
         self.pinned = None  # the next round's length when a batch decides it
 
     @property
     def forwards(self) -> int:
         return self.draft.forwards
 
-    def begin(self, prompt: list[int]) -> None:
+    def begin(self, prompt: list[int], features: torch.Tensor | None = None) -> None:
         self.schedule.begin()
         self.round = None
-        self.draft.begin(prompt)
+        self.draft.begin(prompt, features)
 
     def _key(self, tokens: list[int], k: int) -> int:
         return self.draft.context_key(tokens, k)
@@ -316,17 +323,17 @@ class Scheduled:
         self.drafted = proposal.shape[0]
         return proposal, q
 
-    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None,
+               features: torch.Tensor | None = None) -> None:
         key, base, peek = self.round
         if self.drafted:  # a round with no proposal says nothing about the draft...
             self.schedule.observe(key, self.drafted, accepted)
         elif peek:  # ...unless we peeked: would its first token have been the target's?
             self.schedule.observe(key, 1, int(peek[0] == tokens[base]))
-        self.draft.update(tokens, accepted, new)
+        self.draft.update(tokens, accepted, new, features)
 
     def observe_verify(self, width: int, seconds: float, context: int) -> None:
-        if hasattr(self.schedule, "observe_verify"):
-            self.schedule.observe_verify(width, seconds, context)
+        self.schedule.observe_verify(width, seconds, context)
 
     def step_seconds(self, context: list[int]) -> float:
         return self.draft.step_seconds(context)

@@ -63,7 +63,7 @@ class Pair:
         draft = draft or self.draft
         if any(isinstance(d, Scheduled) and isinstance(d.schedule, Cost) for d in draft_chain(draft)):
             self.cost_profile((draft,), k + 1)
-        elif getattr(self.target, "weight_major", None) is not None:
+        elif isinstance(self.target, HFLM) and self.target.forms is not None:
             self.cost_profile((), k + 1)
 
     def load_model(self, ref: ModelRef, dtype: torch.dtype, revision: str | None = None):
@@ -288,20 +288,14 @@ def forward_policy(card: Card, target, dtype: torch.dtype) -> kernels.ForwardPol
             raise SpecdecError(f"{card.path}: decoding.shapes: pinned needs the KV cache specdec owns, but target "
                                f"{card.target}: {unsupported(target)}; use shapes: free")
         shapes = "free"
-    switch = None
-    if card.compile:  # inductor chooses the compiled forward's matmuls; the eager model keeps F.linear
-        target.compiled = kernels.compiled(target.model)
-    elif isinstance(target, HFLM) and target.device.type == "cpu" and not card.device_map and card.matmuls != "off":
-        switch = target.weight_major = kernels.install(target.model, card.matmuls)  # F.linear until the profile chooses
-        if card.matmuls == "packed":  # every forward prepacked: the plain weights can go (kernels.py)
-            if not kernels.can_pack(target.model):
-                raise SpecdecError(f"{card.path}: decoding.matmuls: packed needs a float32 target and a torch with "
-                                   f"oneDNN (this target is {str(dtype).removeprefix('torch.')}); use measure")
-            switch.pack_all(target.model)
-    policy = kernels.ForwardPolicy(shapes, card.matmuls if switch is not None else "off", switch, card.compile)
-    if isinstance(target, HFLM):
-        target.policy = policy
-    return policy
+    if not isinstance(target, HFLM):
+        return kernels.ForwardPolicy(shapes, "off")
+    # the matmul forms are a CPU float32 target's; inductor chooses the compiled forward's
+    forms = card.matmuls if target.device.type == "cpu" and not card.device_map and not card.compile else "off"
+    if forms == "packed" and not target.can_pack():  # every forward prepacked: the plain weights go (kernels.py)
+        raise SpecdecError(f"{card.path}: decoding.matmuls: packed needs a float32 target and a torch with "
+                           f"oneDNN (this target is {str(dtype).removeprefix('torch.')}); use measure")
+    return target.configure(shapes, forms, card.compile)
 
 
 def source_name(ref: ModelRef) -> str:

@@ -34,6 +34,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from specdec_cli.engine.models import HFLM
 from specdec_cli.drafts import features_block as features
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import write_atomic, write_text_atomic
@@ -197,7 +198,7 @@ def block_config(lm, vocab: int, width: int | None = None) -> features.BlockConf
 def distill(pair, prompts: list[Prompt], s: Settings, out: Path, command: str, source: str,
             report: Callable[[Progress], None] = lambda p: None) -> Outcome:
     """The whole run (see the module doc). `source` names where the prompts came from."""
-    if not hasattr(pair.target, "keep_hidden"):
+    if not isinstance(pair.target, HFLM):
         raise SpecdecError(f"{pair.card.path}: target: a features draft needs a transformers target, got '{pair.card.target}'")
     check_out(out)
     begun = time.monotonic()

@@ -1,11 +1,15 @@
 """The draft protocol and the capabilities a draft declares.
 
-A draft proposes tokens for the target to verify (after transformers' candidate generators):
-    begin(prompt)              start a new request (drop all per-request state)
+A draft proposes tokens for the target to verify (after transformers' candidate generators).
+The loop speaks this protocol and knows no draft class (drafts/ holds them):
+    begin(prompt, features)    start a new request (drop all per-request state); `features`: the
+                               prefill's hidden states [L-1, H], for a draft that reads_features
     propose(tokens, k) -> [d]  up to k token ids continuing `tokens`, on the target's device
-    update(tokens, accepted, new)  the round is over: `tokens` is the new sequence, the first
-                               `accepted` proposed tokens were kept, and `new` (a device tensor)
-                               holds the tokens just appended, so a draft needs no host copy
+    update(tokens, accepted, new, features)  the round is over: `tokens` is the new sequence,
+                               the first `accepted` proposed tokens were kept, `new` (a device
+                               tensor) holds the tokens just appended, so a draft needs no host
+                               copy, and `features` the hidden states [len(new), H] of the
+                               positions the verify fed for them (reads_features only)
     forwards                   model calls made so far (a counter, never reset by begin)
 
 Everything else a draft may or may not do is declared on its class, never probed for: `Draft`
@@ -22,10 +26,14 @@ gives each capability its default, and a draft overrides the ones it has.
     fills            when it finds nothing to propose it can still offer one token (`filler`),
                      which the cost schedule verifies when a 2-token verify is cheap
     window           its own context window in tokens (None: it has no limit of its own)
+    reads_features   it drafts from the target's final hidden states: the loop asks the target's
+                     forwards for them and hands them over in begin and update (batch 1)
+    observe_verify(width, seconds, context)  what a verify just cost (at batch 1; the cost
+                     schedule learns from it; default: nothing)
     context_key(tokens, k)  a small int the schedule conditions acceptance on (default 0;
                      prompt lookup: the matched n-gram length)
 
-What a card names is a draft *kind* (kinds/): its declaration says which of these classes it
+What a card names is a draft *kind* (drafts/*_kind.py): its declaration says which of these classes it
 builds, and so what the draft can do.
 
 No torch at import (only for type checking).
@@ -51,15 +59,20 @@ class Draft:
     batches = True
     fills = False
     window: int | None = None
+    reads_features = False
 
-    def begin(self, prompt: list[int]) -> None:
+    def begin(self, prompt: list[int], features: torch.Tensor | None = None) -> None:
         pass
 
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
         raise NotImplementedError
 
-    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None) -> None:
+    def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None,
+               features: torch.Tensor | None = None) -> None:
         pass
+
+    def observe_verify(self, width: int, seconds: float, context: int) -> None:
+        """Seconds of the verify just run, `width` wide, after `context` tokens (batch 1)."""
 
     def propose_sampled(self, tokens: list[int], k: int, warp, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(tokens [d], q [d, V] or None): a draft that `samples` draws from its warped q; any
