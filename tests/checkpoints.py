@@ -8,6 +8,12 @@ from pathlib import Path
 import torch
 
 WORDS = ["ba", "be", "bi", "bo", "bu", "da", "de", "di"]
+ROOT = Path(__file__).parents[1]
+# Shapes for `twins`: config, seed, weight scale. The scale and seed make a greedy text that varies
+# (Gemma 3 at 0.3 repeats one token, and then no window could matter).
+TWINS = {"llama": (ROOT / "cards" / "configs" / "tiny-llama.json", 1, 0.3),
+         "qwen2": (ROOT / "tests" / "data" / "tiny-qwen2.json", 1, 0.3),
+         "gemma3": (ROOT / "tests" / "data" / "tiny-gemma3.json", 2, 0.02)}
 
 
 def tiny_checkpoint(path: Path, words: list[str] = WORDS, seed: int = 0) -> Path:
@@ -30,23 +36,17 @@ def tiny_checkpoint(path: Path, words: list[str] = WORDS, seed: int = 0) -> Path
     return path
 
 
-def twin_checkpoints(folder: Path, config: Path, seed: int, init: float, noise: float = 0.02) -> tuple[Path, Path]:
-    """A tiny random target of `config`'s shape and its noisy twin (the target's weights plus
-    `noise` x each matrix's std, seeded) saved as local checkpoints `target/` and `draft/`, with a
-    word tokenizer whose ids are <unk>, <eos>, w2, w3, ... (so "w40 w41" encodes to [40, 41]).
-    Weights ~ N(0, init^2): large enough that the greedy text varies instead of repeating."""
+def twins(config: Path, seed: int, init: float, noise: float = 0.02):
+    """A tiny random transformers model of `config`'s shape (float32, weights ~ N(0, init^2), seeded)
+    and its noisy twin: the target's weights plus `noise` x each matrix's std. The twin agrees with
+    the target at some positions and not at others, so rounds accept every count from 0 to k.
+    `init` large enough that the greedy text varies instead of repeating one token."""
     import json
 
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
-    from transformers.utils import logging
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    fields = json.loads(config.read_text())
-    vocab = {w: i for i, w in enumerate(["<unk>", "<eos>", *(f"w{i}" for i in range(2, fields["vocab_size"]))])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    shape = AutoConfig.for_model(**{**fields, "initializer_range": init, "eos_token_id": 1, "bos_token_id": None,
-                                    "pad_token_id": None})
+    shape = AutoConfig.for_model(**{**json.loads(config.read_text()), "initializer_range": init, "eos_token_id": 1,
+                                    "bos_token_id": None, "pad_token_id": None})
     torch.manual_seed(seed)
     target = AutoModelForCausalLM.from_config(shape, dtype=torch.float32)
     draft = AutoModelForCausalLM.from_config(shape, dtype=torch.float32)
@@ -55,9 +55,24 @@ def twin_checkpoints(folder: Path, config: Path, seed: int, init: float, noise: 
         for w in draft.parameters():
             if w.dim() > 1:  # matrices, not the norms' scales
                 w.add_(torch.randn_like(w) * noise * w.std())
+    for model in (target, draft):
+        model.generation_config.eos_token_id = 1
+    return target, draft
+
+
+def twin_checkpoints(folder: Path, config: Path, seed: int, init: float, noise: float = 0.02) -> tuple[Path, Path]:
+    """`twins` saved as local checkpoints `target/` and `draft/`, with a word tokenizer whose ids
+    are <unk>, <eos>, w2, w3, ... (so "w40 w41" encodes to [40, 41])."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.utils import logging
+
+    target, draft = twins(config, seed, init, noise)
+    vocab = {w: i for i, w in enumerate(["<unk>", "<eos>", *(f"w{i}" for i in range(2, target.config.vocab_size))])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
     logging.disable_progress_bar()
     for name, model in (("target", target), ("draft", draft)):
         PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder / name)
-        model.generation_config.eos_token_id = 1
         model.save_pretrained(folder / name)
     return folder / "target", folder / "draft"

@@ -16,8 +16,6 @@ draft model rolling back its own cache, through a card on the command line.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -26,13 +24,10 @@ from specdec_cli.engine.kvcache import KVCache
 from specdec_cli.engine.models import HFLM
 from specdec_cli.loop.decoding import NoDraft, decode_rows, greedy_decode, speculative_decode
 
-from .checkpoints import twin_checkpoints
-from .conftest import DATA, parse_json_lines, transformers_greedy
+from .checkpoints import TWINS, twin_checkpoints
+from .conftest import parse_json_lines, transformers_greedy
 
-LLAMA = Path(__file__).parents[1] / "cards" / "configs" / "tiny-llama.json"
-# config, seed, weight scale: the scale and seed make a greedy text that varies (Gemma 3 at 0.3
-# repeats one token, and then no window could matter)
-MODELS = {"llama": (LLAMA, 1, 0.3), "qwen2": (DATA / "tiny-qwen2.json", 1, 0.3), "gemma3": (DATA / "tiny-gemma3.json", 2, 0.02)}
+MODELS = TWINS  # Llama, Qwen2 (attention biases), Gemma 3 (sliding window 8 under full attention)
 PROMPT = list(range(40, 70))  # 30 tokens: Gemma 3's window of 8 is crossed before the first output
 N, K = 40, 4
 NOISE = 0.01  # the twin draft: agrees often enough that some rounds keep all K, and not always

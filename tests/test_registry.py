@@ -66,7 +66,8 @@ def test_a_registered_kind_generates_exactly(run, write_card, repeat):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["draft"] == "repeat(copies=3)+cost" and out["identical"] is True
-    assert all(round_["drafted"] <= 3 for round_ in out["spec"]["rounds"])
+    # the kind's own draft ran: it drafted, and never more than its copies (k is 4)
+    assert max(round_["drafted"] for round_ in out["spec"]["rounds"]) == 3
 
 
 def test_a_registered_kind_passes_verify_exactness_and_plan(run, write_card, repeat):
@@ -75,6 +76,9 @@ def test_a_registered_kind_passes_verify_exactness_and_plan(run, write_card, rep
     assert r.exit_code == 0, r.output
     checks = parse_json_lines(r.stdout)
     assert len(checks) == 4 and all(c["identical"] and c["draft"] == "repeat(copies=3)" for c in checks)
+    # every run drafted (spec == greedy is not trivial), and the toy's one repeat ("bi bo bu"
+    # continues ... 20, 20 ...) was proposed and kept at both k
+    assert all(c["drafted"] > 0 for c in checks) and [c["accepted"] > 0 for c in checks] == [False, False, True, True]
     r = run("plan", "-c", path, "-d", "repeat:copies=2", "-k", "2", "--limit", "1", "--json")
     assert r.exit_code == 0, r.output
     rows = parse_json_lines(r.stdout)

@@ -31,6 +31,8 @@ class Check:
     first_divergence: dict | None
     shapes: str = "free"
     logits: dict | None = None  # --bitwise: logit_rows(); None when not compared
+    drafted: int = 0  # the speculative run's proposed tokens...
+    accepted: int = 0  # ...and how many were kept: 0 drafted and spec == greedy says nothing
 
     @property
     def identical(self) -> bool:
@@ -48,7 +50,8 @@ class Check:
     def as_dict(self) -> dict:
         return {"id": self.id, "k": self.k, "draft": self.draft, "prompt_tokens": self.prompt_tokens,
                 "spec_tokens": self.spec_tokens, "greedy_tokens": self.greedy_tokens, "shapes": self.shapes,
-                "identical": self.identical, "first_divergence": self.first_divergence, **(self.logits or {})}
+                "identical": self.identical, "first_divergence": self.first_divergence, "drafted": self.drafted,
+                "accepted": self.accepted, **(self.logits or {})}
 
 
 def logit_rows(greedy: list, spec: list) -> dict:
@@ -104,7 +107,7 @@ def _checks(pair: Pair, prompts: list[Prompt], ks: list[int], drafts: list[Draft
             for prompt, prompt_ids, g, s in zip(prompts, ids, greedy[pair.width(k)], spec):
                 yield Check(prompt.id, k, draft.name, len(prompt_ids), s.tokens, g.tokens,
                             first_divergence(pair, prompt_ids, g.tokens, s.tokens), pair.shapes,
-                            logit_rows(g.logits, s.logits) if bitwise else None)
+                            logit_rows(g.logits, s.logits) if bitwise else None, s.stats.drafted, s.stats.accepted)
 
 
 def _run(pair: Pair, ids: list[list[int]], k: int, max_tokens: int, batch: int, draft, width, trace: bool) -> list:
