@@ -18,7 +18,7 @@ from specdec_cli.loop.decoding import decode_rows as decode_batch
 from specdec_cli.loop.decoding import NoDraft, greedy_decode
 from specdec_cli.drafts import ModelDraft, PromptLookupDraft
 from specdec_cli.errors import SpecdecError
-from specdec_cli.engine.models import HFLM, load, parse_ref
+from specdec_cli.engine.models import HFLM
 from specdec_cli.engine.kvcache import KVCache
 from specdec_cli.loop.sampling import Sampler, Sampling, speculative_sample
 from specdec_cli.loop.schedule import Cost, Scheduled, lookup_prior

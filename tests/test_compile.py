@@ -1,8 +1,10 @@
 """decoding.compile: pinned decode forwards through torch.compile (kernels.compiled).
 
-One real compile on a tiny float32 Llama (greedy and speculative logits bitwise equal, the
-compiled shapes warmed before any clock starts); the rest with a stand-in for the compiled
-model that records the shapes it was called with, so no test pays a second compile."""
+Real compiles on a tiny float32 Llama: pinned (greedy and speculative logits bitwise equal,
+and both equal to transformers' own greedy `generate` on the eager model, an independent
+referee a compiled forward that mishandled the mask or the fixed KV buffer would fail) and free
+shapes; the rest with a stand-in for the compiled model that records the shapes it was called
+with, so only those two tests pay for compiles."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from specdec_cli.engine.models import CAPACITY_STEP
 from specdec_cli.engine.kvcache import cache_for
 from specdec_cli.pair.loading import load_pair
 
-from .conftest import parse_json_lines
+from .conftest import parse_json_lines, transformers_greedy
 from .test_pinned import LLAMA
 
 
@@ -40,13 +42,33 @@ def recording(monkeypatch) -> list:
     return seen
 
 
-def test_compiled_speculative_equals_compiled_greedy_bitwise_when_pinned(run, write_card, one_thread):
-    """A real torch.compile (inductor, frozen weights) on a tiny float32 model, widths 2 and 4."""
-    r = run("verify-exactness", "-c", tiny_card(write_card, compile=True, shapes="pinned"), "--bitwise", "--json",
-            "-k", "1,3", "ab cd", "x y z")
+def test_compiled_pinned_runs_equal_transformers_greedy_and_each_other_bitwise(run, write_card, one_thread, tmp_path):
+    """A real torch.compile (inductor, frozen weights), pinned at width k + 1 = 4: speculative
+    and greedy logits bitwise equal, and the tokens transformers' own greedy `generate` on the
+    eager model (the independent referee: a compiled forward that mishandled the mask or the
+    fixed KV buffer is wrong in both compiled runs alike). A tiny Llama whose text varies, with
+    its noisy twin as a model draft, so rounds both reject and accept."""
+    from transformers import AutoModelForCausalLM
+
+    from specdec_cli.engine.models import HFLM
+
+    from .checkpoints import TWINS, twin_checkpoints
+
+    target, draft = twin_checkpoints(tmp_path / "llama", *TWINS["llama"], noise=0.01)
+    card = write_card({"description": "t", "target": str(target), "device": "cpu", "dtype": "float32",
+                       "draft": {"kind": "model", "model": str(draft), "schedule": "fixed"},
+                       "decoding": {"k": 3, "max_tokens": 24, "compile": True, "shapes": "pinned"}})
+    prompts = [[40, 41, 42, 43, 44, 45], [50, 61, 72, 53]]
+    r = run("verify-exactness", "-c", card, "--bitwise", "--json", "-k", "3",
+            *(" ".join(f"w{i}" for i in p) for p in prompts))
     assert r.exit_code == 0, r.stderr
     checks = parse_json_lines(r.stdout)
-    assert len(checks) == 4 and all(c["shapes"] == "pinned" and c["identical"] and c["bitwise"] for c in checks)
+    assert len(checks) == 2 and all(c["shapes"] == "pinned" and c["identical"] and c["bitwise"] for c in checks)
+    assert all(0 < c["accepted"] < c["drafted"] for c in checks)  # real verifies, rejections among them
+    eager = HFLM(AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32))
+    for c, prompt in zip(checks, prompts):
+        assert len(set(c["spec_tokens"])) > 3  # the text varies: a mask bug would show
+        assert c["spec_tokens"] == transformers_greedy(eager, prompt, 24)
 
 
 def test_compiled_free_shapes_equal_greedy(run, write_card, one_thread):

@@ -33,7 +33,7 @@ def generation_json(gen, pair) -> dict:
     out = {"card": pair.card.name, "prompt": gen.prompt, "prompt_tokens": len(gen.prompt_ids), "k": gen.k,
            "draft": pair.draft.name, "device": str(pair.device), "dtype": pair.dtype_name,
            "shapes": pair.shapes, "forward_policy": pair.policy.as_dict(),
-           "greedy_form": pair.policy.form(1, pair.width(gen.k) or 1)}
+           "greedy_form": pair.policy.form(1, pair.greedy_width(gen.k)), "greedy_width": pair.greedy_width(gen.k)}
     if gen.sampled:
         c = pair.card
         out["sampling"] = {"temperature": c.temperature, "top_k": c.top_k, "top_p": c.top_p, "seed": c.seed}

@@ -63,7 +63,8 @@ class Model(Kind):
     def build(self, spec, pair, name: str) -> ModelDraft:
         import torch
 
-        from specdec_cli.engine.models import DTYPES, HFLM, model_ref, quantize_int8
+        from specdec_cli.engine.models import DTYPES, HFLM, model_ref
+        from specdec_cli.engine.quantize import quantize_int8
         from specdec_cli.engine.tokenizers import check_vocab
 
         card = pair.card

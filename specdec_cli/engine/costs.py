@@ -15,121 +15,25 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from specdec_cli.engine import kernels
+from specdec_cli.engine.cost_profile import CostProfile, cheapest_widths, fixed  # noqa: F401  (costs' API)
 from specdec_cli.engine.kvcache import KVCache, capacity_for
 from specdec_cli.files import cache_dir, write_text_atomic
 
-VERSION = 6  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too)
+VERSION = 7  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too; 7: padded widths)
 PROBE_REPEATS = 5  # timed forwards per width; the median is kept (see forward_seconds)
 MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
 SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 3 tries per width
 SLOW_REPEATS = 3
-
-
-@dataclass
-class CostProfile:
-    """Seconds, measured; costs in 1-token target steps are derived (`v`, `c`)."""
-
-    key: dict  # what it was measured for (model, device, dtype, threads, torch, ...)
-    contexts: list[int]  # context lengths the curve was measured after
-    verify_s: list[list[float]]  # [context][n-1]: one forward over n new tokens
-    draft_s: dict[str, float] = field(default_factory=dict)  # draft label -> seconds per proposed token
-    batch_s: dict[str, list[float]] = field(default_factory=dict)  # rows -> [n-1]: a [rows, n] verify (short context)
-    weight_major: list[int] = field(default_factory=list)  # widths n of a [1, n] forward whose matmuls run W @ xᵀ (kernels.py)
-    packed: list[int] = field(default_factory=list)  # widths n of a [1, n] forward that run oneDNN's prepacked weights
-    batch_weight_major: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs W @ xᵀ
-    batch_packed: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs prepacked
-    prefill_s: list[float] = field(default_factory=list)  # [context]: prefilling its first context-1 tokens
-    measured_s: float = 0.0  # how long measuring took
-    timed: bool = True  # measured on this machine (False: made up, so the loop's own times do not refine it)
-    cached: bool = False  # read from the cache (not measured in this run)
-
-    @property
-    def widths(self) -> int:
-        return len(self.verify_s[0])
-
-    @property
-    def step_s(self) -> float:
-        """One 1-token target step at the short context (seconds)."""
-        return self.verify_s[0][0]
-
-    def v(self, n: int, context: int | None = None) -> float:
-        """One forward over n new tokens, in 1-token steps at the same context (linear between
-        the measured contexts, clamped outside them)."""
-        n = min(max(n, 1), self.widths)
-        ratios = [row[n - 1] / row[0] for row in self.verify_s]
-        if context is None or len(self.contexts) == 1:
-            return ratios[0]
-        (c0, c1), (r0, r1) = self.contexts[:2], ratios[:2]
-        t = min(max((context - c0) / (c1 - c0), 0.0), 1.0)
-        return r0 + t * (r1 - r0)
-
-    def prefill(self, tokens: int) -> float:
-        """A prefill of `tokens` prompt tokens in 1-token steps at that context (linear in the
-        tokens through the two measured prefills; 0 without them): greedy and speculative runs
-        both pay it, so a predicted speedup that leaves it out overshoots on short outputs."""
-        if tokens <= 0 or len(self.prefill_s) != len(self.contexts) or len(self.contexts) < 2:
-            return 0.0
-        (n0, n1), (p0, p1) = [c - 1 for c in self.contexts[:2]], self.prefill_s[:2]
-        seconds = max(p0 + (tokens - n0) * (p1 - p0) / (n1 - n0), 0.0)
-        return seconds / self.step(tokens + 1)
-
-    def step(self, context: int) -> float:
-        """One 1-token target step after `context` tokens (seconds; linear between the measured
-        contexts, clamped outside them)."""
-        if len(self.contexts) < 2:
-            return self.step_s
-        (c0, c1), (s0, s1) = self.contexts[:2], (row[0] for row in self.verify_s[:2])
-        t = min(max((context - c0) / (c1 - c0), 0.0), 1.0)
-        return s0 + t * (s1 - s0)
-
-    def form(self, n: int) -> str:
-        """The matmul form a [1, n] forward was measured (and runs) in."""
-        return "weight_major" if n in self.weight_major else "packed" if n in self.packed else "linear"
-
-    def c(self, draft: str) -> float:
-        """A proposed token's cost in target steps (0 for drafts that make no model call)."""
-        return self.draft_s.get(draft, 0.0) / self.step_s
-
-    def curve(self, context: int | None = None) -> list[float]:
-        return [self.v(n, context) for n in range(1, self.widths + 1)]
-
-    def batch(self, rows: int, of: int) -> tuple[list[float], float]:
-        """For `rows` live rows of a batch measured at `of` rows: (v_rows(n) for n = 1..widths,
-        in steps of the whole batch's 1-token forward; that forward's cost in 1-row steps).
-        Between 1 and `of` rows the seconds are linear between the 1-row and the `of`-row
-        measurements. Both at the short context: a batch's rows sit at different lengths."""
-        wide = self.batch_s.get(str(of))
-        one = self.verify_s[0]
-        if wide is None or rows <= 1 or of <= 1:
-            return self.curve(self.contexts[0]), 1.0
-        t = min((rows - 1) / (of - 1), 1.0)
-        seconds = [a + t * (x - a) for a, x in zip(one, wide)]
-        return [x / seconds[0] for x in seconds], seconds[0] / self.step_s
-
-    def as_dict(self) -> dict:
-        """For JSON output: the costs in target steps, and what they were measured on."""
-        return {"step_ms": self.step_s * 1e3, "contexts": self.contexts,
-                "verify_cost": {str(c): [round(x, 3) for x in self.curve(c)] for c in self.contexts},
-                "draft_cost": {name: round(self.c(name), 4) for name in self.draft_s},
-                **({"batch_verify_cost": {rows: [round(x / s[0], 3) for x in s] for rows, s in self.batch_s.items()},
-                    "batch_step": {rows: round(s[0] / self.step_s, 3) for rows, s in self.batch_s.items()}}
-                   if self.batch_s else {}),
-                **({"batch_weight_major": self.batch_weight_major} if self.batch_weight_major else {}),
-                **({"batch_packed": self.batch_packed} if any(self.batch_packed.values()) else {}),
-                "prefill_ms": [round(x * 1e3, 1) for x in self.prefill_s],
-                "weight_major": self.weight_major, "packed": self.packed, "greedy_form": self.form(1),
-                "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -307,7 +211,7 @@ def read(key: dict) -> CostProfile | None:
                               packed=raw.get("packed", []),
                               batch_weight_major=raw.get("batch_weight_major", {}),
                               batch_packed=raw.get("batch_packed", {}),
-                              prefill_s=raw.get("prefill_s", []))
+                              prefill_s=raw.get("prefill_s", []), padded=raw.get("padded", {}))
         ok = (profile.key == key and len(profile.contexts) == len(profile.verify_s) >= 1
               and isinstance(profile.draft_s, dict) and isinstance(profile.batch_s, dict)
               and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.verify_s)
@@ -316,6 +220,8 @@ def read(key: dict) -> CostProfile | None:
               and all(isinstance(ns, list) and all(type(n) is int and 1 <= n <= profile.widths for n in ns)
                       for ns in (profile.weight_major, profile.packed))
               and isinstance(profile.prefill_s, list)
+              and isinstance(profile.padded, dict) and all(type(w) is int and int(n) < w <= profile.widths
+                                                           for n, w in profile.padded.items())
               and len(profile.prefill_s) in (0, len(profile.contexts))
               and all(isinstance(x, (int, float)) and x > 0 for x in profile.prefill_s)
               and all(isinstance(forms, dict) and all(rows in profile.batch_s and isinstance(ns, list)
@@ -355,8 +261,11 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     if found is None or found.widths < widths:
         contexts, verify, (major, packed), prefills = measure_target(target, widths)
         found = CostProfile(key, contexts, verify, {}, weight_major=major, packed=packed, prefill_s=prefills)
-    if getattr(target, "forms", None) is not None:  # the one decision: the forms the curve was measured with
+        found.padded = cheapest_widths(found) if getattr(target, "pads", False) else {}
+    if getattr(target, "forms", None) is not None:  # the one decision: the forms the curve was measured with...
         target.forms.use(found.weight_major, found.packed)
+    if getattr(target, "pads", False):  # ...and the widths its free one-row forwards run at
+        target.pad({int(n): w for n, w in found.padded.items()})
     missing = {label: d for label, d in drafts.items() if label not in found.draft_s}
     if missing:
         context = probe_ids(target, found.contexts[0])
@@ -384,8 +293,3 @@ def with_batch(found: CostProfile, rows: int,
 
 def save(found: CostProfile) -> None:
     write(found)
-
-
-def fixed(curve: list[float], draft_cost: float = 0.0, label: str = "draft") -> CostProfile:
-    """A made-up profile (v(n) = curve[n-1] steps, c = draft_cost) for tests and toys."""
-    return CostProfile({"model": "fixed"}, [1], [list(curve)], {label: draft_cost * curve[0]}, timed=False)

@@ -20,7 +20,7 @@ rows differ from F.linear's in the last bits: the fp32 rounding class verify-exa
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -176,6 +176,11 @@ class ForwardPolicy:
     matmuls: str  # measure | off | all | packed (a CPU float32 target's forms; "off" elsewhere)
     switch: WeightMajor | None = None  # the forms chosen so far, per forward shape
     compiled: bool = False  # decoding.compile: the loop's decode forwards run the compiled model (compiled below)
+    padded: dict[int, int] = field(default_factory=dict)  # free shapes, one row: n -> the cheaper wider width it runs at
+
+    def width(self, n: int) -> int:
+        """The width a free-shape one-row forward of n new tokens runs at (padded where wider is cheaper)."""
+        return self.padded.get(n, n)
 
     def form(self, rows: int, n: int) -> str:
         """The matmul form a [rows, n] forward takes (linear where there is no switch)."""
@@ -185,7 +190,8 @@ class ForwardPolicy:
         s = self.switch
         forms = {} if s is None else {"weight_major": sorted(s.widths), "rectangles_weight_major": sorted(map(list, s.rectangles)),
                                       "packed": sorted(map(list, s.packed))}
-        return {"shapes": self.shapes, "matmuls": self.matmuls, **forms, **({"compile": True} if self.compiled else {})}
+        return {"shapes": self.shapes, "matmuls": self.matmuls, **forms, **({"compile": True} if self.compiled else {}),
+                **({"padded": {str(n): w for n, w in sorted(self.padded.items())}} if self.padded else {})}
 
 
 def compiled(model: torch.nn.Module) -> torch.nn.Module:

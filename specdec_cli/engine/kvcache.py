@@ -128,7 +128,7 @@ class KVCache:
 
     def __init__(self, lm, card_name: str = "the target", rows: int = 1, width: int | None = None,
                  capacity: int | None = None):
-        self.lm, self.columns, self.lengths = lm, 0, []
+        self.lm, self.columns, self.lengths, self.fed = lm, 0, [], 0
         self.width, self.rows = width, rows  # pinned: every forward [rows, width] over `capacity` columns
         # fixed: every forward over all `capacity` columns (pinned, or a compiled target: a static shape per width)
         self.fixed = width is not None or lm.compiled
@@ -212,11 +212,14 @@ class KVCache:
         as [rows, W], padded). With `features`, (logits, hidden states [B, S, H])."""
         b, s = ids.shape
         lengths = self.lengths
+        wide = self.lm.policy.width(s) if self.width is None and self.rows == 1 and not self.fixed else s
+        if wide > s:  # free shapes, one row: the cost profile measured a wider forward cheaper (padded)
+            ids = torch.cat([ids, ids.new_full((b, wide - s), PAD)], 1)
         if self.width is not None:
             ids = torch.cat([ids, ids.new_full((b, self.width - s), PAD)], 1)
             ids = torch.cat([ids, ids.new_full((self.rows - b, self.width), PAD)])
             lengths = lengths + [0] * (self.rows - b)  # rows not live: padding at their own columns
-        fed = ids.shape[1]
+        self.fed = fed = ids.shape[1]
         positions = to_device(lengths, ids.device)[:, None] + torch.arange(fed, device=ids.device)
         self.columns = self.capacity if self.fixed else max(lengths) + fed
         self._reserve(len(lengths), max(lengths) + fed)

@@ -164,7 +164,7 @@ def plan(pair: Pair, prompts: list[Prompt], specs: list[DraftSpec], ks: list[int
         reference = pair.reference(ids, max_tokens)
         replay = ReplayTarget(pair.target, ids + reference)
         rows[0].add(Stats(tokens=len(reference), verify_rounds=len(reference)))
-        rows[0].predicted_steps += sum(profile.v(1, len(ids) + j) for j in range(len(reference)))
+        rows[0].predicted_steps += sum(profile.run_v(1, len(ids) + j) for j in range(len(reference)))
         rows[0].pinned_steps = rows[0].predicted_steps  # plain greedy: free shapes, the faster plain decode
         prefill = profile.prefill(len(ids) - 1)
         rows[0].prefill_steps += prefill
@@ -174,7 +174,7 @@ def plan(pair: Pair, prompts: list[Prompt], specs: list[DraftSpec], ks: list[int
             if result.tokens != reference:  # cannot happen: the loop is exact whatever the draft
                 raise AssertionError(f"replay of {draft.name} diverged on {prompt.id}")
             row.add(result.stats)
-            row.predicted_steps += predict(result.rounds, [], row.draft_cost, profile.v, len(ids))[1]
+            row.predicted_steps += predict(result.rounds, [], row.draft_cost, profile.run_v, len(ids))[1]
             row.pinned_steps += predict(result.rounds, [], row.draft_cost, lambda n, at: profile.v(k + 1, at), len(ids))[1]
             row.prefill_steps += prefill
     max(rows, key=lambda r: (r.predicted_speedup or 0, r is rows[0])).recommended = True

@@ -17,7 +17,6 @@ from typing import Iterator
 
 import torch
 
-from specdec_cli.engine import kernels
 from specdec_cli.loop.decoding import GREEDY, NoDraft, Result, decode_rows
 from specdec_cli.engine.kvcache import cache_for, capacity_for
 from specdec_cli.loop.schedule import Cost, Probes, Scheduled, batch_length

@@ -158,7 +158,7 @@ def round_(cache, live: list[Request], k: int, max_tokens: int, eos: frozenset[i
     verdicts = [r.verifier.verify(logits[i, : p.shape[0] + 1], p, q) for i, (r, (p, q)) in enumerate(zip(live, drafts))]
     read = Verdicts.read(verdicts, d)
     if timed:  # a draft that learns what verifies cost (the cost schedule), at batch 1
-        live[0].draft.observe_verify(cache.width or d + 1, time.perf_counter() - clock, len(live[0].tokens))  # pinned: W wide
+        live[0].draft.observe_verify(cache.fed, time.perf_counter() - clock, len(live[0].tokens))  # as fed: pinned, padded
     # 5. commit: each row's new tokens, its draft told, its cache row rolled back to what it kept
     for i, (r, (p, _), (_, emitted)) in enumerate(zip(live, drafts, verdicts)):
         n = read.accepted[i]

@@ -181,6 +181,7 @@ class Cost:
     def v(self, profile, n: int, context: int) -> float:
         """v(n) in 1-token steps: the profile's, unless the loop has paid a width TRUST times or
         more and its median is OFF_BY or more away from the profile's (then the loop's)."""
+        n = n if self.pinned else profile.width(n)  # free shapes: the width a forward of n tokens runs at
         model, seen = profile.v(n, context), self.seen.get(n)
         if not seen or len(seen) < self.TRUST:
             return model

@@ -52,6 +52,11 @@ class Pair:
         (None: free shapes). Greedy and speculative runs compared with each other share it."""
         return k + 1 if self.policy.shapes == "pinned" else None
 
+    def greedy_width(self, k: int) -> int:
+        """The width a plain step runs at: W under pinned shapes, else the cheapest the profile
+        measured (padded; 1 until a profile says otherwise)."""
+        return self.width(k) or self.policy.width(1)
+
     @property
     def dtype_name(self) -> str:
         return str(self.dtype).removeprefix("torch.")
