@@ -126,7 +126,10 @@ def test_a_request_entering_the_batch_gets_its_opening_probe():
     from specdec_cli.loop.metrics import Round
 
     class Doubtful:  # a model draft the schedule expects nothing from
-        pinned = None
+        decided = None
+
+        def decide(self, d):
+            self.decided = d
 
         def outlook(self, tokens, k):
             return [0.0] * k
@@ -135,17 +138,17 @@ def test_a_request_entering_the_batch_gets_its_opening_probe():
     profile.batch_s["2"] = [2.0, 2.2, 2.4, 2.6, 2.8]
     lengths = Lengths(profile, 2, "model", explore=True)
     rows = [SimpleNamespace(draft=Doubtful(), tokens=[1], rounds=[]) for _ in range(2)]
-    pinned = []
+    decided = []
     for _ in range(30):
-        lengths.pin(rows, [4, 4])
-        pinned.append(rows[0].draft.pinned)
+        lengths.decide(rows, [4, 4])
+        decided.append(rows[0].draft.decided)
         for r in rows:  # every proposal rejected
-            r.rounds.append(Round(drafted=r.draft.pinned, accepted=0, emitted=1))
-    probes = [i for i, d in enumerate(pinned) if d]
+            r.rounds.append(Round(drafted=r.draft.decided, accepted=0, emitted=1))
+    probes = [i for i, d in enumerate(decided) if d]
     assert probes[:3] == [0, 4, 12] and lengths.probes.patience >= 16  # the gaps double
     rows[1] = SimpleNamespace(draft=Doubtful(), tokens=[1], rounds=[])  # a new request takes a slot
-    lengths.pin(rows, [4, 4])
-    assert rows[1].draft.pinned == 4  # probed at once
+    lengths.decide(rows, [4, 4])
+    assert rows[1].draft.decided == 4  # probed at once
 
 
 def test_rectangle_seconds_times_every_width_on_a_real_batch(twins):

@@ -55,12 +55,14 @@ def test_the_cost_schedule_prices_a_pinned_round_at_v_k_plus_1(draft, free, pinn
 ])
 def test_a_batch_s_length_prices_a_pinned_round_at_v_k_plus_1(draft, free, pinned):
     def row():
-        return SimpleNamespace(rounds=[], tokens=[5, 6, 7], draft=SimpleNamespace(outlook=lambda tokens, k: [ALPHA] * k))
+        draft = SimpleNamespace(outlook=lambda tokens, k: [ALPHA] * k, decided=None)
+        draft.decide = lambda d: setattr(draft, "decided", d)
+        return SimpleNamespace(rounds=[], tokens=[5, 6, 7], draft=draft)
 
     for shapes, expected in ((False, free), (True, pinned)):
         rows = [row(), row()]
-        Lengths(PROFILE, 2, draft, explore=False, pinned=shapes).pin(rows, [K, K])
-        assert [r.draft.pinned for r in rows] == [expected] * 2, ("pinned" if shapes else "free", draft)
+        Lengths(PROFILE, 2, draft, explore=False, pinned=shapes).decide(rows, [K, K])
+        assert [r.draft.decided for r in rows] == [expected] * 2, ("pinned" if shapes else "free", draft)
 
 
 def test_plan_prices_pinned_rounds_beside_free_ones(run, monkeypatch, one_thread):

@@ -29,7 +29,7 @@ class Lengths:
     """The cost schedule's choice for a batch: each round, d = schedule.batch_length over the
     rows' expected acceptance (each row's own Cost table: it goes on learning from its own
     rounds), with the [rows, d+1] verify cost measured at this batch size (costs.CostProfile.
-    batch). Every row's draft is then pinned to d (a row may still propose fewer: a lookup
+    batch). Every row's draft is then told d (Scheduled.decide; a row may still propose fewer: a lookup
     that matched nothing). A model draft is probed as at batch 1 (schedule.Probes): the
     length that would pay if every row's draft were right; a probe paid for itself when it
     gave more tokens than plain batched steps would for its price."""
@@ -40,7 +40,7 @@ class Lengths:
         self.probes = Probes()
         self.probe = None  # (rows, price in batch steps) of the last round, if it was a probe
 
-    def pin(self, rows: list, caps: list[int]) -> None:
+    def decide(self, rows: list, caps: list[int]) -> None:
         if self.probe is not None:  # the probe's outcome: its rows' last rounds
             probed_rows, price = self.probe
             tokens = sum(r.rounds[-1].accepted + 1 for r in probed_rows)
@@ -58,7 +58,7 @@ class Lengths:
             drafted = sum(min(d, len(a)) for a in outlooks)
             self.probe = (list(rows), drafted * c + v(d + 1)) if d else None  # in batch steps
         for r in rows:
-            r.draft.pinned = d
+            r.draft.decide(d)
 
 
 FORMS = ("linear", "weight_major", "packed")  # F.linear, W @ xᵀ, oneDNN's prepacked weights (kernels.py)

@@ -144,7 +144,7 @@ def round_(cache, live: list[Request], k: int, max_tokens: int, eos: frozenset[i
     # 1. each row's budget: k, never past max_tokens (under the cost schedule, one d for the batch)
     caps = [min(k, max_tokens - len(r.out) - 1) for r in live]
     if lengths is not None:
-        lengths.pin(live, caps)
+        lengths.decide(live, caps)
     # 2. proposals, padded into one rectangle [B, d+1]: the last token, then the proposal
     drafts = [r.verifier.propose(r.draft, r.tokens, cap) for r, cap in zip(live, caps)]
     d = max(p.shape[0] for p, _ in drafts)

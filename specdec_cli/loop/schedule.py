@@ -269,7 +269,7 @@ class Scheduled:
         self.name = f"{draft.name}+{schedule.name}"
         # the draft's declared capabilities (loop/protocol.py)
         self.needs_reference, self.free, self.reads_features = draft.needs_reference, draft.free, draft.reads_features
-        self.pinned = None  # the next round's length when a batch decides it
+        self.decided = None  # the next round's length when a batch decided it (decide)
 
     @property
     def forwards(self) -> int:
@@ -283,6 +283,11 @@ class Scheduled:
     def _key(self, tokens: list[int], k: int) -> int:
         return self.draft.context_key(tokens, k)
 
+    def decide(self, d: int) -> None:
+        """The next round proposes (up to) d, chosen for a whole batch (batch.Lengths) from every
+        row's outlook, instead of this row's schedule alone; the round's outcome still teaches it."""
+        self.decided = d
+
     def outlook(self, tokens: list[int], k: int) -> list[float] | None:
         """α_1..α_k the cost schedule expects in this context (None for other schedules): what a
         batch weighs to choose one length for all its rows (schedule.batch_length)."""
@@ -292,10 +297,10 @@ class Scheduled:
 
     def _length(self, tokens: list[int], k: int) -> int:
         key = self._key(tokens, k)
-        if self.pinned is None:
+        if self.decided is None:
             d = self.schedule.length(key, k, len(tokens))
         else:  # a batch chose the round's length for every row (decided for the batch's costs)
-            d, self.pinned = min(self.pinned, k), None
+            d, self.decided = min(self.decided, k), None
         peek = self.draft.lookup(tokens, 1) if d == 0 and k and key and self.free else None
         self.round = (key, len(tokens), peek)
         return d
