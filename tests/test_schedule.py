@@ -537,7 +537,7 @@ def test_plan_tokens_per_round_equals_a_real_run(run):
 
 def test_plan_recommends_greedy_when_nothing_pays(run, write_card, monkeypatch):
     # the toy's own forwards take microseconds (noise): price them like a CPU target
-    monkeypatch.setattr(costs, "measure_target", lambda target, widths: ([32], [CPU[:widths]], ([], []), []))
+    monkeypatch.setattr(costs, "measure_target", lambda target, widths: ([32], [CPU[:widths]], ([], []), [], []))
     card = write_card({"description": "useless draft", "target": "toy", "draft": {"kind": "toy", "agree": 0.0},
                        "decoding": {"k": 4, "max_tokens": 24}, "device": "cpu"})
     r = run("plan", "-c", card, "-k", "2,4", "--json")

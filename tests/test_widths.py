@@ -56,7 +56,7 @@ def test_the_profile_pads_the_target_and_the_json_names_the_greedy_width(run, wr
     """A measured profile where 2 wide is cheaper: the target's plain step runs 2 wide and
     generate --json says so (greedy_width beside greedy_form); speculative still equals greedy."""
     def measured(target, widths):
-        return [64, 512], [AMD[:widths] + [1.0] * (widths - len(AMD))] * 2, ([], []), []
+        return [64, 512], [AMD[:widths] + [1.0] * (widths - len(AMD))] * 2, ([], []), [], []
 
     monkeypatch.setattr(costs, "measure_target", measured)
     r = run("generate", "-c", tiny_card(write_card), "-m", "both", "--json", "ab ab ab ab")

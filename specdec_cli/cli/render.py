@@ -134,8 +134,12 @@ def cost_caption(profile, k: int) -> str:
     forms = [(name, [n for n in ns if n <= k + 1]) for name, ns in (("W @ xᵀ", profile.weight_major),
                                                                      ("prepacked", profile.packed))]
     matmuls = "".join(f"; {name} matmuls at n = {','.join(map(str, ns))}" for name, ns in forms if ns)
+    padded = f"; a plain step runs {profile.width(1)} wide (cheaper)" if profile.width(1) > 1 else ""
+    worst = max((x for row in profile.spread for x in row[: k + 1]), default=None)
+    spread = "" if worst is None else (f"; timed tries within {worst:.0%} of each other"
+                                       + (" (busy machine: not cached)" if profile.busy else ""))
     return (f"cost profile ({where}): target step {profile.step_s * 1e3:.1f} ms; verify cost v(n), n=1..{k + 1}, "
-            f"in steps: {curve}{matmuls}; {drafts}")
+            f"in steps: {curve}{matmuls}{padded}; {drafts}{spread}")
 
 
 def show_generation(gen, pair, out: Console, err: Console, rounds: bool) -> None:

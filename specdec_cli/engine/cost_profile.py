@@ -25,6 +25,7 @@ class CostProfile:
     batch_packed: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs prepacked
     prefill_s: list[float] = field(default_factory=list)  # [context]: prefilling its first context-1 tokens
     padded: dict[str, int] = field(default_factory=dict)  # n -> the wider width a free [1, n] forward runs at (cheapest_widths)
+    spread: list[list[float]] = field(default_factory=list)  # [context][n-1]: how far the timed tries were apart (costs.spread)
     measured_s: float = 0.0  # how long measuring took
     timed: bool = True  # measured on this machine (False: made up, so the loop's own times do not refine it)
     cached: bool = False  # read from the cache (not measured in this run)
@@ -48,6 +49,12 @@ class CostProfile:
         (c0, c1), (r0, r1) = self.contexts[:2], ratios[:2]
         t = min(max((context - c0) / (c1 - c0), 0.0), 1.0)
         return r0 + t * (r1 - r0)
+
+    @property
+    def busy(self) -> bool:
+        """Measured while the machine was busy: some width's tries spread over BUSY_SPREAD (a
+        target faster than CHECKED_STEP_S per step is never called busy: timer noise spreads it)."""
+        return self.step_s >= CHECKED_STEP_S and any(x > BUSY_SPREAD for row in self.spread for x in row)
 
     def width(self, n: int) -> int:
         """The width a free-shape one-row forward of n new tokens runs at (padded: cheapest_widths)."""
@@ -113,9 +120,12 @@ class CostProfile:
                 "prefill_ms": [round(x * 1e3, 1) for x in self.prefill_s],
                 "weight_major": self.weight_major, "packed": self.packed, "greedy_form": self.form(self.width(1)),
                 "greedy_width": self.width(1), **({"padded": self.padded} if self.padded else {}),
+                **({"spread": [[round(x, 3) for x in row] for row in self.spread]} if self.spread else {}),
                 "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
 
 
+BUSY_SPREAD = 0.3  # a width whose timed tries spread this much (quartiles over the median): measured while busy
+CHECKED_STEP_S = 0.01  # targets faster than this per step (toys, tiny tests) are not judged: timer noise
 PAD_GAIN = 0.97  # a wider forward is taken only where it measured at least 3 % cheaper (noise decides less)
 
 

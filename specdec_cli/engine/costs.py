@@ -25,15 +25,16 @@ from typing import Callable
 import torch
 
 from specdec_cli.engine import kernels
-from specdec_cli.engine.cost_profile import CostProfile, cheapest_widths, fixed  # noqa: F401  (costs' API)
+from specdec_cli.engine.cost_profile import BUSY_SPREAD, CHECKED_STEP_S, CostProfile, cheapest_widths, fixed  # noqa: F401  (costs' API)
 from specdec_cli.engine.kvcache import KVCache, capacity_for
 from specdec_cli.files import cache_dir, write_text_atomic
 
-VERSION = 7  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too; 7: padded widths)
+VERSION = 8  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too; 7: padded widths; 8: spread)
 PROBE_REPEATS = 5  # timed forwards per width; the median is kept (see forward_seconds)
 MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
 SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 3 tries per width
 SLOW_REPEATS = 3
+DRIFT = 1.5  # a cached profile's step this much slower than a quick check now: it was measured while busy
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -44,7 +45,7 @@ def _sync(device: torch.device) -> None:
 
 @torch.inference_mode()
 def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None = None,
-                    prefills: list[float] | None = None) -> list[float]:
+                    prefills: list[float] | None = None, spreads: list[float] | None = None) -> list[float]:
     """Seconds of one forward of each (model, width) job over `width` tokens after `context`,
     called the way the loop calls it (argmax + one host sync): the median of the timed tries, not
     the fastest, since on a shared VM one lucky try would set a width's cost (docs/cost-model.md).
@@ -53,7 +54,8 @@ def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None =
     Tries: one to warm the shapes up, then `repeats` timed ones; with repeats None,
     PROBE_REPEATS, or SLOW_REPEATS once a 1-token forward is seen to take over SLOW_STEP_S.
     A job is (model, width), or (model, width, form) to time that width in that matmul form
-    (linear, weight_major or packed; kernels.py). `prefills` gets each model's prefill seconds."""
+    (linear, weight_major or packed; kernels.py). `prefills` gets each model's prefill seconds,
+    `spreads` each job's spread (how far its timed tries are apart: `spread`)."""
     probes = {}
     for lm, *_ in jobs:
         if id(lm) not in probes:
@@ -74,7 +76,17 @@ def forward_seconds(jobs: list[tuple], context: list[int], repeats: int | None =
         tries += 1
         if repeats is None and tries > SLOW_REPEATS and min(times[0][1:]) / jobs[0][1] > SLOW_STEP_S:
             break  # a slow model: fewer timed tries (seconds, not minutes)
+    if spreads is not None:
+        spreads.extend(spread(t[1:]) for t in times)
     return [statistics.median(t[1:]) for t in times]
+
+
+def spread(tries: list[float]) -> float:
+    """How far timed tries of one forward are apart, over their median: the interquartile range
+    (the full range with fewer than 4 tries). A quiet machine repeats itself within a few
+    percent; one shared with another job does not."""
+    q = statistics.quantiles(tries, n=4) if len(tries) >= 4 else [min(tries), 0, max(tries)]
+    return (q[2] - q[0]) / statistics.median(tries)
 
 
 class Probe:
@@ -116,22 +128,24 @@ def probe_contexts(max_positions: int | None, widths: int) -> list[int]:
     return [min(64, long // 2), long]
 
 
-def measure_target(target, widths: int) -> tuple[list[int], list[list[float]], tuple[list[int], list[int]], list[float]]:
+def measure_target(target, widths: int) -> tuple:
     """Verify cost n = 1..widths after a short and a long context (one prefill per context,
     timed too, then every width timed in turn), with the matmul form chosen first for each
-    width. Returns (contexts, verify seconds, (weight-major widths, packed widths), prefill seconds)."""
+    width. Returns (contexts, verify seconds, (weight-major widths, packed widths), prefill
+    seconds, spreads [context][n-1])."""
     contexts = probe_contexts(target.max_positions, widths)
     capacity_for(target, max(contexts) + widths)  # compiled: one capacity for both contexts (one set of graphs)
     forms = choose_forms(target, widths, probe_ids(target, contexts[0]))
     switch = getattr(target, "forms", None)
-    verify, prefills = [], []
+    verify, prefills, spreads = [], [], []
     with switch.keeping() if switch is not None else contextlib.nullcontext():  # timed in the chosen forms
         if switch is not None:
             switch.use(*forms)
         for length in contexts:
+            spreads.append([])
             verify.append(forward_seconds([(target, n) for n in range(1, widths + 1)], probe_ids(target, length),
-                                          prefills=prefills))
-    return contexts, verify, forms, prefills
+                                          prefills=prefills, spreads=spreads[-1]))
+    return contexts, verify, forms, prefills, spreads
 
 
 FORMS = ("linear", "weight_major", "packed")
@@ -141,8 +155,9 @@ def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], li
     """For every width n = 1..widths (the greedy step's too), the matmul form the target's [1, n]
     forward is fastest in: F.linear unless W @ xᵀ or oneDNN's prepacked weights (where they run)
     measured at least 3 % faster, the forms timed in turn (kernels.py); timing leaves every
-    form as it was (profile() switches the choice on). Returns (weight-major widths, packed widths); ([], []) for a target without the switch (a
-    GPU, a toy). matmuls all / packed: every width in that form, untimed (an exactness audit)."""
+    form as it was (profile() switches the choice on). Returns (weight-major widths, packed
+    widths); ([], []) for a target without the switch (a GPU, a toy). matmuls all / packed:
+    every width in that form, untimed (an exactness audit)."""
     switch = getattr(target, "forms", None)
     if switch is None:
         return [], []
@@ -211,7 +226,8 @@ def read(key: dict) -> CostProfile | None:
                               packed=raw.get("packed", []),
                               batch_weight_major=raw.get("batch_weight_major", {}),
                               batch_packed=raw.get("batch_packed", {}),
-                              prefill_s=raw.get("prefill_s", []), padded=raw.get("padded", {}))
+                              prefill_s=raw.get("prefill_s", []), padded=raw.get("padded", {}),
+                              spread=raw.get("spread", []))
         ok = (profile.key == key and len(profile.contexts) == len(profile.verify_s) >= 1
               and isinstance(profile.draft_s, dict) and isinstance(profile.batch_s, dict)
               and all(len(row) == profile.widths and all(x > 0 for x in row) for row in profile.verify_s)
@@ -257,11 +273,19 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     key = model_key(target, ref, revision)
     widths = max(widths, MIN_WIDTHS)
     found = None if remeasure else read(key)
+    if found is not None and measured_while_busy(target, found):
+        found = None
     start = time.perf_counter()
     if found is None or found.widths < widths:
-        contexts, verify, (major, packed), prefills = measure_target(target, widths)
-        found = CostProfile(key, contexts, verify, {}, weight_major=major, packed=packed, prefill_s=prefills)
+        contexts, verify, (major, packed), prefills, spreads = measure_target(target, widths)
+        found = CostProfile(key, contexts, verify, {}, weight_major=major, packed=packed, prefill_s=prefills,
+                            spread=spreads)
         found.padded = cheapest_widths(found) if getattr(target, "pads", False) else {}
+        if found.busy:
+            worst = max(range(found.widths), key=lambda n: max(row[n] for row in spreads))
+            _warn(f"the machine looked busy while measuring the cost profile (a {worst + 1}-token forward's "
+                  f"timings spread {max(row[worst] for row in spreads):.0%}); using it for this run only, not "
+                  f"caching it: measure on a quiet machine")
     if getattr(target, "forms", None) is not None:  # the one decision: the forms the curve was measured with...
         target.forms.use(found.weight_major, found.packed)
     if getattr(target, "pads", False):  # ...and the widths its free one-row forwards run at
@@ -292,4 +316,23 @@ def with_batch(found: CostProfile, rows: int,
 
 
 def save(found: CostProfile) -> None:
-    write(found)
+    if not found.busy:  # a profile measured beside another job would be wrong for good
+        write(found)
+
+
+def measured_while_busy(target, found: CostProfile) -> bool:
+    """A quick check of a cached profile against this machine now (3 one-token steps after the
+    short context): a step now much faster than the cached one means the profile was measured
+    while something else ran, so it is measured again (one warning). A step now much slower
+    means the machine is busy now: said once, and the profile kept."""
+    if found.step_s < CHECKED_STEP_S or not found.timed:
+        return False
+    now = forward_seconds([(target, 1)], probe_ids(target, found.contexts[0]), repeats=3)[0]
+    if now * DRIFT < found.step_s:
+        _warn(f"the cached cost profile's step ({found.step_s * 1e3:.0f} ms) is {found.step_s / now:.1f}x this "
+              f"machine's now ({now * 1e3:.0f} ms): it was measured while busy; measuring again")
+        return True
+    if now > DRIFT * found.step_s:
+        _warn(f"this machine is busier than when its cost profile was measured: a step takes {now * 1e3:.0f} ms "
+              f"now, {found.step_s * 1e3:.0f} ms then; timings will be slower than planned")
+    return False
