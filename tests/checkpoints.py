@@ -36,17 +36,11 @@ def tiny_checkpoint(path: Path, words: list[str] = WORDS, seed: int = 0) -> Path
     return path
 
 
-def twins(config: Path, seed: int, init: float, noise: float = 0.02):
-    """A tiny random transformers model of `config`'s shape (float32, weights ~ N(0, init^2), seeded)
-    and its noisy twin: the target's weights plus `noise` x each matrix's std. The twin agrees with
-    the target at some positions and not at others, so rounds accept every count from 0 to k.
-    `init` large enough that the greedy text varies instead of repeating one token."""
-    import json
+def noisy_pair(shape, seed: int, noise: float):
+    """A random float32 model of transformers config `shape` (seeded) and its twin: the same
+    weights plus `noise` x each matrix's std (seeded, drawn after the model's)."""
+    from transformers import AutoModelForCausalLM
 
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    shape = AutoConfig.for_model(**{**json.loads(config.read_text()), "initializer_range": init, "eos_token_id": 1,
-                                    "bos_token_id": None, "pad_token_id": None})
     torch.manual_seed(seed)
     target = AutoModelForCausalLM.from_config(shape, dtype=torch.float32)
     draft = AutoModelForCausalLM.from_config(shape, dtype=torch.float32)
@@ -55,6 +49,21 @@ def twins(config: Path, seed: int, init: float, noise: float = 0.02):
         for w in draft.parameters():
             if w.dim() > 1:  # matrices, not the norms' scales
                 w.add_(torch.randn_like(w) * noise * w.std())
+    return target, draft
+
+
+def twins(config: Path, seed: int, init: float, noise: float = 0.02):
+    """A tiny random transformers model of `config`'s shape (float32, weights ~ N(0, init^2), seeded)
+    and its noisy twin: the target's weights plus `noise` x each matrix's std. The twin agrees with
+    the target at some positions and not at others, so rounds accept every count from 0 to k.
+    `init` large enough that the greedy text varies instead of repeating one token."""
+    import json
+
+    from transformers import AutoConfig
+
+    shape = AutoConfig.for_model(**{**json.loads(config.read_text()), "initializer_range": init, "eos_token_id": 1,
+                                    "bos_token_id": None, "pad_token_id": None})
+    target, draft = noisy_pair(shape, seed, noise)
     for model in (target, draft):
         model.generation_config.eos_token_id = 1
     return target, draft

@@ -159,17 +159,11 @@ def noisy_twins(config: Path, seed: int) -> tuple[HFLM, HFLM]:
     accept every count from 0 to k. (Independent weights would agree almost nowhere: only the
     all-rejected pattern.) Weights ~ N(0, 0.3^2), not the usual 0.02^2, so the target's greedy
     text varies instead of repeating one token."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
-    shape = AutoConfig.for_model(**{**json.loads(config.read_text()), "initializer_range": 0.3})
-    torch.manual_seed(seed)
-    target = AutoModelForCausalLM.from_config(shape, dtype=torch.float32)
-    draft = AutoModelForCausalLM.from_config(shape, dtype=torch.float32)
-    draft.load_state_dict(target.state_dict())
-    with torch.no_grad():
-        for w in draft.parameters():
-            if w.dim() > 1:  # matrices, not the norms' scales
-                w.add_(torch.randn_like(w) * 0.02 * w.std())
+    from tests.checkpoints import noisy_pair
+
+    target, draft = noisy_pair(AutoConfig.for_model(**{**json.loads(config.read_text()), "initializer_range": 0.3}), seed, 0.02)
     return HFLM(target), HFLM(draft)
 
 
