@@ -1,6 +1,6 @@
 """Field checkers: a checker takes a value and returns what is wrong with it (None: nothing).
 
-Cards (cards.py), draft kinds (kinds/) and command-line options (requests.py) share them, so
+Cards (cards/card.py), draft kinds (drafts/*_kind.py) and command-line options (cli/requests.py) share them, so
 a value is checked, and its error worded, the same way wherever it is given. `check` turns a
 checker's objection into the one-line error: where, the field, the problem and the value.
 """

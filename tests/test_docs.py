@@ -153,7 +153,8 @@ def options(*sub: str) -> frozenset[str]:
 def check_call(args: list[str]) -> None:
     """The subcommand exists and every option the call uses is in its --help."""
     positional = [a for a in args if not a.startswith("-")]
-    if args == ["--help"]:
+    if not positional:  # root options only (specdec --version, specdec --help): each in the root --help
+        assert args and all(a in options() for a in args), f"specdec {' '.join(args)}: not an option of specdec itself"
         return
     assert positional and positional[0] in subcommands(), f"no such subcommand: specdec {' '.join(args)}"
     sub = (positional[0],)

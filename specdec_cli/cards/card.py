@@ -40,7 +40,7 @@ MAX_TOKENS = 1_000_000
 
 @dataclass(frozen=True, init=False)
 class DraftSpec:
-    """A card's draft: its kind, its schedule, and the kind's own fields (kinds/: each kind
+    """A card's draft: its kind, its schedule, and the kind's own fields (drafts/*_kind.py: each kind
     declares them), every one present, defaults filled in. A field reads as an attribute:
     `spec.agree`. Built from a validated card by `draft_spec`; built directly, as in
     `DraftSpec("toy", agree=0.5)`, a field the kind does not declare is a TypeError."""
@@ -211,7 +211,7 @@ def _mapping(where: str, field: str, value, schema: dict) -> dict:
 
 
 def draft_spec(where: str, raw, field: str = "draft") -> DraftSpec:
-    """A draft block checked against its kind's declaration (kinds/): every field known and
+    """A draft block checked against its kind's declaration (drafts/*_kind.py): every field known and
     valid, each one the kind takes, the required ones there, then the kind's own checks."""
     named = raw.get("kind") if isinstance(raw, dict) else None
     raw = _mapping(where, field, raw, draft_fields(named if named in kinds.names() else None))

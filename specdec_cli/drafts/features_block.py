@@ -10,7 +10,7 @@ the predicted feature goes straight to the LM head (no extra norm): the block re
 post-norm features the head reads.
 
 Drafting k tokens after t_0..t_{L-1}: feed the true pairs not yet cached (their features came
-from the target's last verify forward: HFLM.keep_hidden), whose last output gives proposal 1;
+from the target's last verify forward: handed over by the loop: Draft.reads_features), whose last output gives proposal 1;
 then feed (predicted feature, proposal i) to get proposal i+1 (k block calls in all). Only true
 pairs stay in the cache: the speculative ones are overwritten next round (a cache written by
 position, as in gpt-fast: rollback is a shorter `length`).

@@ -1,4 +1,4 @@
-"""The prompt-lookup draft (kind `prompt-lookup`, kinds/prompt_lookup.py): n-gram match against
+"""The prompt-lookup draft (kind `prompt-lookup`, lookup_kind.py): n-gram match against
 the prompt and the text so far; no model call.
 """
 

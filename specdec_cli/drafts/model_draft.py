@@ -1,6 +1,6 @@
 """The draft that runs a causal LM of its own, with its own KV cache: a smaller model sharing the
-target's tokenizer (kind `model`, kinds/model.py) or an early-exit view of the target (kind
-`early-exit`, kinds/early_exit.py).
+target's tokenizer (kind `model`, model_kind.py) or an early-exit view of the target (kind
+`early-exit`, early_exit_kind.py).
 """
 
 from __future__ import annotations

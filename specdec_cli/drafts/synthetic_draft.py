@@ -1,4 +1,4 @@
-"""The agreement-controlled draft on a real target (kind `synthetic`, kinds/synthetic.py), for
+"""The agreement-controlled draft on a real target (kind `synthetic`, synthetic_kind.py), for
 benchmarks: the target's own greedy token (read from a greedy run of the same prompt) with
 probability `agree` per position, else a wrong one.
 """

@@ -1,4 +1,4 @@
-"""The agreement-controlled draft on the toy target (kind `toy`, kinds/toy.py), for tests and
+"""The agreement-controlled draft on the toy target (kind `toy`, toy_kind.py), for tests and
 demos: the toy target's own greedy token with probability `agree` per position, else a wrong
 one, reproducibly from `seed`.
 """

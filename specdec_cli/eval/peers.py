@@ -35,7 +35,7 @@ class Peer:
 
 def check_peer(card: Card) -> None:
     """Whether transformers can run this card's pair (checked before loading anything): the
-    draft's kind says whether transformers has it (kinds/)."""
+    draft's kind says whether transformers has it (drafts/*_kind.py)."""
     if card.target == "toy":
         raise SpecdecError(f"--vs-transformers: needs a transformers target; card '{card.name}' has target 'toy'")
     draft_kind(card.draft.kind).check_peer(card.draft, card)

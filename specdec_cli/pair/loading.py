@@ -238,7 +238,7 @@ def build_draft(spec: DraftSpec, pair: Pair) -> Draft:
 
 
 def _build(spec: DraftSpec, pair: Pair) -> Draft:
-    """The draft of the spec's kind (kinds/), on a target of the kind it needs."""
+    """The draft of the spec's kind (drafts/*_kind.py), on a target of the kind it needs."""
     kind, target, card = draft_kind(spec.kind), pair.target, pair.card
     if kind.target == "toy" and not isinstance(target, ToyLM):
         raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs the toy target, got target '{card.target}'")
