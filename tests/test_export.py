@@ -68,10 +68,14 @@ TOY = "specdec's built-in test draft"
 FEATURES = "specdec's own EAGLE-style weights file, which no engine reads"
 CODER = "{models}/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 CODER_DRAFT = "{models}/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+# vLLM is given a GGUF file as the transformers folder export.convert() makes from it
+SMOLLM2_FOLDER = "{converted}/SmolLM2-135M-Instruct.Q4_1"
+CODER_FOLDER = "{converted}/qwen2.5-coder-1.5b-instruct-q4_k_m"
+CODER_DRAFT_FOLDER = "{converted}/qwen2.5-coder-0.5b-instruct-q4_k_m"
 # card -> engine -> argv (a dict stands for a JSON argument) or the exact refusal line
 EXPECTED = {
     "smollm2": {
-        "vllm": ["vllm", "serve", SMOLLM2, "--speculative-config", NGRAM_VLLM],
+        "vllm": ["vllm", "serve", SMOLLM2_FOLDER, "--speculative-config", NGRAM_VLLM, "--dtype", "float32"],
         "sglang": [*SGLANG, SMOLLM2, "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5",
                    "--speculative-ngram-min-match-window-size", "1", "--speculative-ngram-max-match-window-size", "3",
                    "--speculative-ngram-min-bfs-breadth", "1", "--speculative-ngram-max-bfs-breadth", "1"],
@@ -91,8 +95,8 @@ EXPECTED = {
         "llama.cpp": not_gguf("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct"),
     },
     "qwen2.5-coder-1.5b": {  # fetched: files, named where `specdec fetch` puts them
-        "vllm": ["vllm", "serve", CODER, "--speculative-config",
-                 {"method": "draft_model", "model": CODER_DRAFT, "num_speculative_tokens": 4}],
+        "vllm": ["vllm", "serve", CODER_FOLDER, "--speculative-config",
+                 {"method": "draft_model", "model": CODER_DRAFT_FOLDER, "num_speculative_tokens": 4}, "--dtype", "float32"],
         "sglang": [*SGLANG, CODER, *standalone(CODER_DRAFT, 4)],
         "llama.cpp": ["llama-server", "-m", CODER, "--spec-type", "draft-simple", "-md", CODER_DRAFT,
                       "--spec-draft-n-max", "4", "-n", "128"],
@@ -122,7 +126,8 @@ def fill(expected, **values):
 def places() -> dict:
     from specdec_cli.cards.card import BUILTIN_DIR
 
-    return {"cards": BUILTIN_DIR.resolve(), "models": Path(os.environ["XDG_CACHE_HOME"]) / "specdec" / "models"}
+    cache = Path(os.environ["XDG_CACHE_HOME"]) / "specdec"
+    return {"cards": BUILTIN_DIR.resolve(), "models": cache / "models", "converted": cache / "converted"}
 
 
 def assert_one_error(r, line: str) -> None:
@@ -161,7 +166,7 @@ def test_json_output_is_one_object_agreeing_with_the_command_line(run, engine):
     obj = json.loads(r.stdout)  # stdout is exactly one JSON object
     assert obj["card"] == "smollm2" and obj["engine"] == engine
     assert obj["command"] == plain.stdout.rstrip("\n") and obj["argv"] == shlex.split(plain.stdout)
-    assert words(obj["argv"]) == EXPECTED["smollm2"][engine]
+    assert words(obj["argv"]) == fill(EXPECTED["smollm2"][engine], **places())
     assert obj["request"] == {"max_tokens": 256, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0}
     assert obj["notes"] == [line.removeprefix("Note: ") for line in r.stderr.splitlines()]
     speculative = {"vllm": NGRAM_VLLM,
@@ -182,8 +187,15 @@ def test_notes_say_what_the_engine_does_differently(run):
            "fall back to shorter n-grams down to 1" in notes
     assert any(n.startswith("Note: draft.schedule: cost: llama.cpp drafts a fixed number of tokens each round; "
                             "exported decoding.k = 4.") for n in notes), notes
+    assert "Note: target: llama-server computes with the Q4_1 weights of SmolLM2-135M-Instruct.Q4_1.gguf as stored " \
+           "(and quantised activations in their dot products); specdec de-quantises them to float32 on load, so the " \
+           "two greedy texts can part where two tokens are nearly tied" in notes
     vllm = run("export", "smollm2", "--engine", "vllm").stderr.splitlines()
-    assert any("vllm-gguf-plugin" in n and n.startswith("Note: target: ") for n in vllm), vllm
+    assert "Note: target: vLLM is given SmolLM2-135M-Instruct.Q4_1.gguf as a transformers folder, de-quantised to " \
+           "float32 as specdec loads it (vLLM on a CPU loads no GGUF file); make it first: python -m " \
+           "specdec_cli.cards.export convert smollm2" in vllm
+    assert any(n.startswith("Note: dtype: auto: exported as --dtype float32, the converted folder's own: vLLM's auto "
+                            "would serve it in bfloat16") for n in vllm), vllm
 
 
 def test_an_unfetched_model_is_exported_where_fetch_puts_it_with_a_note(run, write_card):

@@ -1,24 +1,32 @@
 """`specdec export`: the command that runs a card's target and draft, with speculative decoding,
 on a serving engine: vLLM (`vllm serve`), SGLang (`sglang.launch_server`) or llama.cpp
-(`llama-server`). Nothing is run or checked against an installed engine: this writes the
-command down, from each engine's documented option names (tests/test_export.py pins the
-version and page each name was read from).
+(`llama-server`). Nothing is run here: this writes the command down, from each engine's
+documented option names (tests/test_export.py pins the version and page each name was read
+from); tests/test_engines.py starts the commands on the engines installed on the machine.
 
-What maps (each draft kind declares its own mapping, or why no engine runs it: kinds/):
+What maps (each draft kind declares its own mapping, or why no engine runs it: drafts/*_kind.py):
     draft kind model          vLLM method draft_model · SGLang STANDALONE · llama.cpp draft-simple
     draft kind prompt-lookup  vLLM method ngram · SGLang NGRAM · llama.cpp ngram-simple
     decoding.k                tokens drafted per round (a fixed number on every engine)
     dtype, trust_remote_code, revision, draft.revision, max_tokens: where the engine has an option
+    a GGUF target or draft    vLLM: the transformers folder convert() makes from it (vLLM on a
+                              CPU loads no GGUF file) · llama.cpp: the file itself
 Kinds no engine has (early-exit, toy, synthetic, features), and models an engine cannot load,
 are refused with one line naming the card, the field and the value. Where the engine does
 something close but not the same (a schedule it lacks, an n-gram range it cannot express), the
 export goes on and says so in a note.
+
+The one thing here that writes files: `python -m specdec_cli.cards.export convert CARD` makes the
+folders the vLLM command names for a card's GGUF files (convert(), at the end), once per machine.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
+import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +37,7 @@ from specdec_cli.errors import SpecdecError
 from specdec_cli.files import cache_dir
 
 ENGINES = ("vllm", "sglang", "llama.cpp")
+QUANT = re.compile(r"[._-](I?Q\d\w*)\.gguf$", re.IGNORECASE)  # a quantised GGUF's name: ...Q4_1.gguf, ...-q4_k_m.gguf
 
 
 @dataclass
@@ -99,15 +108,43 @@ def _model(card: Card, field: str, ref: str, engine: str, notes: list[str]) -> s
         raise SpecdecError(f"{card.path}: {field}: llama.cpp loads GGUF files, got the transformers checkpoint {ref!r} "
                            f"(convert it with llama.cpp's convert_hf_to_gguf.py and point the card at the .gguf)")
     if engine == "vllm" and kind == "gguf":
-        notes.append(f"{field}: vLLM loads GGUF through the vllm-gguf-plugin package and recommends "
-                     f"--tokenizer <the base model's hub id> over converting the GGUF's tokenizer")
+        return _converted(card, field, Path(name), notes)
+    if engine == "llama.cpp" and (quant := QUANT.search(Path(name).name)):
+        notes.append(f"{field}: llama-server computes with the {quant[1].upper()} weights of {Path(name).name} as "
+                     "stored (and quantised activations in their dot products); specdec de-quantises them to float32 "
+                     "on load, so the two greedy texts can part where two tokens are nearly tied")
     return name
+
+
+def _converted(card: Card, field: str, gguf: Path, notes: list[str]) -> str:
+    """The transformers folder vLLM is given for a GGUF file: vLLM on a CPU has no GGUF kernels
+    (on a GPU it loads GGUF only through the vllm-gguf-plugin package), and the folder works on both."""
+    from specdec_cli.cards.fetch import card_label
+
+    path = folder(gguf)
+    made = "" if (path / "config.json").is_file() else \
+        f"; make it first: python -m specdec_cli.cards.export convert {card_label(card)}"
+    notes.append(f"{field}: vLLM is given {gguf.name} as a transformers folder, de-quantised to float32 as specdec "
+                 f"loads it (vLLM on a CPU loads no GGUF file){made}")
+    return str(path)
 
 
 # ---------------------------------------------------------------------------- engines
 # Each builder turns the draft kind's speculative settings (Kind.export) into the command.
 def _vllm(card: Card, target: str, config: dict, notes: list[str]) -> list[str]:
     argv = ["vllm", "serve", target, "--speculative-config", json.dumps(config)]
+    if card.dtype != "auto":
+        return argv + _common(card, "--dtype", "--trust-remote-code", "--revision")
+    # vLLM's auto serves a float32 checkpoint in bfloat16 on every device, where its speculative
+    # text can part from its greedy text (tests/test_engines.py saw it on smollm2, about 40 tokens in)
+    why = ("vLLM's auto would serve it in bfloat16, where one verify of k+1 positions rounds unlike k+1 "
+           "one-token steps and its speculative text can part from its own greedy text (specdec pins the "
+           "shapes so that they agree)")
+    if is_converted(target):  # de-quantised float32 weights, specdec's own dtype on a CPU
+        notes.append(f"dtype: auto: exported as --dtype float32, the converted folder's own: {why}")
+        return argv + ["--dtype", "float32"] + _common(card, "--dtype", "--trust-remote-code", "--revision")
+    notes.append(f"dtype: auto: left to vLLM: for a float32 checkpoint {why}; on a CPU --dtype float32 kept them "
+                 "equal in tests/test_engines.py")
     return argv + _common(card, "--dtype", "--trust-remote-code", "--revision")
 
 
@@ -142,3 +179,78 @@ DYNAMIC = {  # each engine's own documented way of varying the draft length, if 
     "llama.cpp": "llama-server drafts up to this maximum; for a draft model --spec-draft-p-min ends a draft early "
                  "when the draft is unsure.",
 }
+
+
+# ---------------------------------------------------------------------------- GGUF files as folders
+# vLLM on a CPU has no GGUF kernels (its GGUF support is CUDA code, in the vllm-gguf-plugin package),
+# so its command names a transformers folder made from the GGUF file: de-quantised by the same
+# transformers and gguf code that de-quantises it when specdec loads the card, saved as float32
+# safetensors with the tokenizer and its chat template. One folder per file, in specdec's cache
+# (converted/<file name less .gguf>), about 4 bytes a parameter (0.5 GB for SmolLM2-135M).
+def folder(gguf: Path) -> Path:
+    """Where the transformers folder converted from `gguf` lives (made or not)."""
+    return cache_dir("converted", gguf.name.removesuffix(".gguf"))
+
+
+def is_converted(path: str) -> bool:
+    return Path(path).parent == cache_dir("converted")
+
+
+def convert(gguf: Path) -> Path:
+    """folder(gguf), converted now unless it is there; it appears whole (one rename) or not at all."""
+    out = folder(gguf)
+    if (out / "config.json").is_file():
+        return out
+    import torch
+    import transformers
+
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    tok = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # A model loaded from GGUF keeps the GGUF quantizer (hf_quantizer, and quantization_config in
+    # its config) though its weights are plain tensors by now, and save_pretrained refuses it ("The
+    # model is quantized with gguf and is not serializable"). Cleared, it saves float32
+    # safetensors, and the saved config does not send an engine looking for GGUF.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(partial)
+    tok.save_pretrained(partial)  # tokenizer.json, the chat template, the special tokens
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    return out
+
+
+def gguf_files(card: Card) -> list[Path]:
+    """The card's target and `model` draft that are GGUF files; an error names a missing one."""
+    from specdec_cli.engine.models import model_ref
+
+    refs = [("target", card.target)] + ([("draft.model", card.draft.model)] if card.draft.kind == "model" else [])
+    parsed = [model_ref(card, name, ref) for name, ref in refs]
+    return [Path(p.source) / p.gguf_file for p in parsed if p.kind == "gguf"]
+
+
+def main(argv: list[str]) -> int:
+    """python -m specdec_cli.cards.export convert CARD: prints each folder, converting once."""
+    from specdec_cli.cards.card import load_card
+
+    if len(argv) != 2 or argv[0] != "convert":
+        print("usage: python -m specdec_cli.cards.export convert CARD", file=sys.stderr)
+        return 2
+    try:
+        files = gguf_files(load_card(argv[1]))
+        if not files:
+            raise SpecdecError(f"{argv[1]}: no GGUF target or draft to convert")
+        for gguf in files:
+            if not (folder(gguf) / "config.json").is_file():
+                print(f"converting {gguf.name} into {folder(gguf)} (once)", file=sys.stderr)
+            print(convert(gguf))
+    except SpecdecError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
