@@ -48,8 +48,9 @@
 #   CARD=smollm2 PAIR_CARD=qwen2.5-coder-1.5b (either empty: skipped; the pair also when not
 #   fetched) DTYPES="float32 bfloat16" REPEATS=1 THREADS=2 CTX=4096 EAGER (unset: vLLM compiles
 #   its model with torch.compile at start-up, 1-2 min on 2 cores; 1: --enforce-eager, ~20 s)
-#   KV_GIB=1 (vLLM's CPU KV cache, VLLM_CPU_KVCACHE_SPACE) LOGS (unset: a temp dir, removed; set: every run's log kept
-#   there) PYTHON=.venv/bin/python SPECDEC=.venv/bin/specdec
+#   KV_GIB=1 (vLLM's CPU KV cache, VLLM_CPU_KVCACHE_SPACE) BIND=0-(THREADS-1) (VLLM_CPU_OMP_THREADS_BIND;
+#   auto: vLLM's own default) PRELOAD=1 (empty: no libiomp5 in LD_PRELOAD) LOGS (unset: a temp dir,
+#   removed; set: every run's log kept there) PYTHON=.venv/bin/python SPECDEC=.venv/bin/specdec
 # e.g. a quick functional run:  EAGER=1 DTYPES=float32 bash benchmarks/peers/vllm.sh --max-tokens 32 /tmp/vllm.jsonl
 #
 # Exit status: 0 with OUT written; 3 when vLLM cannot be installed or started on this machine
@@ -92,6 +93,8 @@ THREADS=${THREADS:-2}
 CTX=${CTX:-4096}
 EAGER=${EAGER:-}
 KV_GIB=${KV_GIB:-1}
+BIND=${BIND:-0-$((THREADS - 1))}
+PRELOAD=${PRELOAD-1}
 say() { echo "vllm: $*" >&2; }
 cannot() { say "cannot run here: $*"; exit 3; }  # the one line a caller shows, then goes on
 
@@ -192,9 +195,9 @@ fi
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 : > "$WORK/out.jsonl"
 vllm_env() {  # a command with vLLM's CPU settings (step 4 says why each)
-  local preload=""
-  if [ -f "$VENV/lib/libiomp5.so" ]; then preload=$VENV/lib/libiomp5.so${LD_PRELOAD:+:$LD_PRELOAD}; fi
-  LD_PRELOAD=${preload:-${LD_PRELOAD:-}} OMP_NUM_THREADS=$THREADS VLLM_CPU_OMP_THREADS_BIND=0-$((THREADS - 1)) \
+  local preload=${LD_PRELOAD:-}
+  if [ -n "$PRELOAD" ] && [ -f "$VENV/lib/libiomp5.so" ]; then preload=$VENV/lib/libiomp5.so${preload:+:$preload}; fi
+  LD_PRELOAD=$preload OMP_NUM_THREADS=$THREADS VLLM_CPU_OMP_THREADS_BIND=$BIND \
       VLLM_CPU_KVCACHE_SPACE=$KV_GIB HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 "$@"
 }
 
@@ -224,7 +227,8 @@ print(c.k, getattr(d, 'min_ngram', 1) or 1, getattr(d, 'max_ngram', 3) or 3)")
       say "$card $dtype $m"
       local args=(--model "$target" --prompts "$WORK/$card.prompts.jsonl" --max-tokens "$MAX_TOKENS" --dtype "$dtype"
                   --mode "$m" --repeats "$REPEATS" --ctx "$CTX" --field "card=$card" --field "cpu=$CPU"
-                  --field "threads=$THREADS" --out "$WORK/$card.runs.jsonl")
+                  --field "threads=$THREADS" --field "omp_bind=$BIND" --field "preload=${PRELOAD:+libiomp5}"
+                  --out "$WORK/$card.runs.jsonl")
       if [ "$m" != greedy ]; then args+=(--speculative-config "$spec"); fi
       if [ -n "$EAGER" ]; then args+=(--enforce-eager); fi
       if ! vllm_env "$VPY" "$HERE/vllm_run.py" "${args[@]}" > "$LOGS/$card.$dtype.$m.log" 2>&1; then

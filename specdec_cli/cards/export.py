@@ -136,7 +136,7 @@ def _vllm(card: Card, target: str, config: dict, notes: list[str]) -> list[str]:
     if card.dtype != "auto":
         return argv + _common(card, "--dtype", "--trust-remote-code", "--revision")
     # vLLM's auto serves a float32 checkpoint in bfloat16 on every device, where its speculative
-    # text can part from its greedy text (tests/test_engines.py saw it on smollm2, about 40 tokens in)
+    # text can part from its greedy text (smollm2's README answer, token 44: docs/export.md)
     why = ("vLLM's auto would serve it in bfloat16, where one verify of k+1 positions rounds unlike k+1 "
            "one-token steps and its speculative text can part from its own greedy text (specdec pins the "
            "shapes so that they agree)")
