@@ -291,3 +291,21 @@ def test_version_prints_the_package_version(run):
 
     out = run("--version")
     assert out.exit_code == 0 and out.stdout.strip() == f"specdec {__version__}"
+
+
+def test_convert_names_its_folders_and_refuses_in_one_line(capsys):
+    """`python -m specdec_cli.cards.export convert CARD` (the folders vLLM is given for GGUF files):
+    a card with no GGUF file, or one not fetched, is one Error line, exit 1; no card: usage, exit 2."""
+    from specdec_cli.cards import export as ex
+    from specdec_cli.cards.card import load_card
+
+    gguf = Path(SMOLLM2)
+    assert ex.folder(gguf) == places()["converted"] / "SmolLM2-135M-Instruct.Q4_1"
+    assert ex.is_converted(str(ex.folder(gguf))) and not ex.is_converted(SMOLLM2)
+    assert ex.gguf_files(load_card("smollm2")) == [gguf]
+    assert ex.main(["convert", "toy"]) == 1
+    assert capsys.readouterr().err == "Error: toy: no GGUF target or draft to convert\n"
+    assert ex.main(["convert", "qwen2.5-coder-1.5b"]) == 1  # the test's cache holds no fetched file
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and err.count("\n") == 1 and "not fetched yet" in err
+    assert ex.main([]) == 2 and ex.main(["smollm2"]) == 2
