@@ -31,9 +31,9 @@
 #      specdec's own greedy on it (`specdec generate -m greedy`), in specdec's environment
 #      (vllm_compare.py prompts): vLLM is given those token ids, so both decode the same tokens.
 #   4. for each dtype in DTYPES, one process per mode (vllm_run.py, workaround 3): vLLM greedy
-#      (temperature 0) and vLLM's own speculation, n-gram for a prompt-lookup card (k = the card's
-#      decoding.k, prompt_lookup_min/max = its min/max_ngram) or the draft model for a `model`
-#      card, each prompt alone (batch 1, as specdec's bench: wall time includes the prefill, median
+#      (temperature 0) and vLLM's own speculation as `specdec export CARD --engine vllm` sets it
+#      (n-gram for a prompt-lookup card: k = the card's decoding.k, prompt_lookup_min/max = its
+#      min/max_ngram; the draft model for a `model` card), each prompt alone (batch 1, as specdec's bench: wall time includes the prefill, median
 #      of REPEATS after one untimed warm-up), then every prompt at once (one `batch` row).
 #      Start-up seconds (LLM() until it serves) and vLLM's own speculation counters (drafts, drafted
 #      and accepted tokens, from LLM.get_metrics()) are recorded. vLLM runs as its CPU guide sets it
@@ -202,19 +202,15 @@ vllm_env() {  # a command with vLLM's CPU settings (step 4 says why each)
 }
 
 runs() {  # card: greedy and the card's speculative mode at each dtype, every prompt
-  local card=$1 files target draft k lo hi spec dtype mode
+  local card=$1 files target spec dtype mode
   files=$(models "$card")  # a failure stops the script here (set -e)
   if [ -z "$files" ]; then say "skipping $card: its files are not fetched (specdec fetch $card)"; return; fi
-  target=$(sed -n 1p <<< "$files"); draft=$(sed -n 2p <<< "$files")
-  read -r k lo hi < <("$PYTHON" -c "from specdec_cli.cards.card import load_card
-c = load_card('$card'); d = c.draft
-print(c.k, getattr(d, 'min_ngram', 1) or 1, getattr(d, 'max_ngram', 3) or 3)")
-  if [ -n "$draft" ]; then
-    spec="{\"method\": \"draft_model\", \"model\": \"$draft\", \"num_speculative_tokens\": $k}"; mode=draft-model
-  else
-    spec="{\"method\": \"ngram\", \"num_speculative_tokens\": $k, \"prompt_lookup_min\": $lo, \"prompt_lookup_max\": $hi}"
-    mode=ngram
-  fi
+  target=$(sed -n 1p <<< "$files")
+  # vLLM's speculation exactly as `specdec export CARD --engine vllm` configures it (its draft
+  # model: the folder converted above)
+  spec=$("$SPECDEC" export "$card" --engine vllm --json 2> /dev/null \
+      | "$PYTHON" -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["speculative"]))')
+  case "$spec" in *'"ngram"'*) mode=ngram ;; *) mode=draft-model ;; esac
   say "$card: specdec greedy on the prompts (the reference)"
   local given=$WORK/given.jsonl
   if [ -n "$PROMPTS_FILE" ]; then cp "$PROMPTS_FILE" "$given"; else echo '{"id": "readme", "prompt": "Explain what a hash table is."}' > "$given"; fi
