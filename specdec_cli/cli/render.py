@@ -135,9 +135,9 @@ def cost_caption(profile, k: int) -> str:
                                                                      ("prepacked", profile.packed))]
     matmuls = "".join(f"; {name} matmuls at n = {','.join(map(str, ns))}" for name, ns in forms if ns)
     padded = f"; a plain step runs {profile.width(1)} wide (cheaper)" if profile.width(1) > 1 else ""
-    worst = max((x for row in profile.spread for x in row[: k + 1]), default=None)
-    spread = "" if worst is None else (f"; timed tries within {worst:.0%} of each other"
-                                       + (" (busy machine: not cached)" if profile.busy else ""))
+    spreads = sorted(x for row in profile.spread for x in row[: k + 1])
+    spread = "" if not spreads else (f"; timed tries spread {spreads[len(spreads) // 2]:.0%} (median), "
+                                     f"{spreads[-1]:.0%} (widest)" + (" (busy machine: not cached)" if profile.busy else ""))
     return (f"cost profile ({where}): target step {profile.step_s * 1e3:.1f} ms; verify cost v(n), n=1..{k + 1}, "
             f"in steps: {curve}{matmuls}{padded}; {drafts}{spread}")
 

@@ -52,9 +52,12 @@ class CostProfile:
 
     @property
     def busy(self) -> bool:
-        """Measured while the machine was busy: some width's tries spread over BUSY_SPREAD (a
-        target faster than CHECKED_STEP_S per step is never called busy: timer noise spreads it)."""
-        return self.step_s >= CHECKED_STEP_S and any(x > BUSY_SPREAD for row in self.spread for x in row)
+        """Measured while the machine was busy: the widths' tries spread over BUSY_SPREAD at the
+        median (another job disturbs every width; one width whose time is bimodal on a quiet
+        machine does not make it busy). A target faster than CHECKED_STEP_S per step is never
+        called busy: timer noise spreads it."""
+        every = [x for row in self.spread for x in row]
+        return self.step_s >= CHECKED_STEP_S and bool(every) and statistics.median(every) > BUSY_SPREAD
 
     def width(self, n: int) -> int:
         """The width a free-shape one-row forward of n new tokens runs at (padded: cheapest_widths)."""
@@ -124,7 +127,7 @@ class CostProfile:
                 "cached": self.cached, "measured_s": round(self.measured_s, 2), **self.key}
 
 
-BUSY_SPREAD = 0.3  # a width whose timed tries spread this much (quartiles over the median): measured while busy
+BUSY_SPREAD = 0.3  # widths whose timed tries spread this much at the median (quartiles over the median): busy
 CHECKED_STEP_S = 0.01  # targets faster than this per step (toys, tiny tests) are not judged: timer noise
 PAD_GAIN = 0.97  # a wider forward is taken only where it measured at least 3 % cheaper (noise decides less)
 

@@ -282,10 +282,9 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
                             spread=spreads)
         found.padded = cheapest_widths(found) if getattr(target, "pads", False) else {}
         if found.busy:
-            worst = max(range(found.widths), key=lambda n: max(row[n] for row in spreads))
-            _warn(f"the machine looked busy while measuring the cost profile (a {worst + 1}-token forward's "
-                  f"timings spread {max(row[worst] for row in spreads):.0%}); using it for this run only, not "
-                  f"caching it: measure on a quiet machine")
+            middle = statistics.median(x for row in spreads for x in row)
+            _warn(f"the machine looked busy while measuring the cost profile (each width's timings spread "
+                  f"{middle:.0%} at the median); using it for this run only, not caching it: measure on a quiet machine")
     if getattr(target, "forms", None) is not None:  # the one decision: the forms the curve was measured with...
         target.forms.use(found.weight_major, found.packed)
     if getattr(target, "pads", False):  # ...and the widths its free one-row forwards run at
