@@ -9,7 +9,6 @@ import pytest
 
 from specdec_cli.engine import costs
 from specdec_cli.engine.toy_model import ToyLM
-from tests.conftest import parse_json_lines
 
 
 def test_spread_is_the_interquartile_range_over_the_median():
