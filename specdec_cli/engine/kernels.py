@@ -67,26 +67,20 @@ class WeightMajor:
     def trying(self, rows: int, n: int, form: str):
         """The [rows, n] forward in `form` (linear, weight_major or packed) while timing it; the
         forms chosen before come back on exit, whatever happened (measuring leaves nothing on)."""
-        before = self.widths, self.rectangles, self.packed
-        if rows == 1:
-            self.widths = (self.widths | {n}) if form == "weight_major" else (self.widths - {n})
-        else:
-            self.rectangles = (self.rectangles | {(rows, n)}) if form == "weight_major" else (self.rectangles - {(rows, n)})
-        self.packed = (self.packed | {(rows, n)}) if form == "packed" else (self.packed - {(rows, n)})
-        try:
+        with self.keeping():
+            if rows == 1:
+                self.widths = (self.widths | {n}) if form == "weight_major" else (self.widths - {n})
+            else:
+                self.rectangles = (self.rectangles | {(rows, n)}) if form == "weight_major" else (self.rectangles - {(rows, n)})
+            self.packed = (self.packed | {(rows, n)}) if form == "packed" else (self.packed - {(rows, n)})
             yield
-        finally:
-            self.widths, self.rectangles, self.packed = before
 
     @contextmanager
     def plain(self):
         """F.linear wherever W @ xᵀ was chosen, until exit (a peer running the model as it comes)."""
-        before = self.widths, self.rectangles
-        self.widths, self.rectangles = frozenset(), frozenset()
-        try:
+        with self.keeping():
+            self.widths, self.rectangles = frozenset(), frozenset()
             yield
-        finally:
-            self.widths, self.rectangles = before
 
     @contextmanager
     def keeping(self):
