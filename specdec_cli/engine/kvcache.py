@@ -170,8 +170,10 @@ class KVCache:
         """A new last row holding prompt[:-1]: prefilled alone, the same way in every mode (or
         copied from `prefix`, a cache holding that prefill). Returns the forwards made (with
         `features`, and the prefill's hidden states, as prefill)."""
-        alone, made = (prefix, (0, None)) if prefix is not None else (self.lm.new_cache(), None)
-        if made is None:
+        if prefix is not None:
+            alone, made = prefix, (0, None)
+        else:
+            alone = self.lm.new_cache()
             made = prefill(self.lm, alone, prompt, features=True) if features else (prefill(self.lm, alone, prompt), None)
         row, n = len(self.lengths), len(prompt) - 1
         self._reserve(row + 1, n)
