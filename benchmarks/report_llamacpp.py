@@ -4,8 +4,9 @@ prompt, against specdec's own run of that prompt (readme.jsonl).
 
 from __future__ import annotations
 
-from report_common import Folder, bench_rows, column_table, f
+from report_common import Folder, column_table, f
 from report_machine import UNKNOWN
+from report_peers import made_by, other_cpus, ours_for, ratio, same_text, specdec_prompts, specdec_speed
 
 from specdec_cli.eval.columns import Column
 
@@ -15,29 +16,14 @@ def llamacpp_runs(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r.get("decoder") == "llama.cpp" and "tokens" in r]
 
 
-def specdec_readme(readme: list[dict]) -> dict[tuple[str, str], dict]:
-    """(card, prompt id) -> specdec's bench row for that prompt, from readme.jsonl."""
-    return {(r["card"], r["name"]): r for r in bench_rows(readme, "prompt")}
-
-
-def specdec_speed(run: dict, ours: dict | None) -> float | None:
-    """specdec's tok/s (prefill included) beside a llama.cpp run: greedy for greedy, else the card's speculative run."""
-    return ours and (ours["greedy_tokens_per_s"] if run["mode"] == "greedy" else ours["tokens_per_s"])
-
-
-def same_text(a: str | None, b: str | None) -> str:
-    return "not compared" if a is None or b is None else ("yes" if a == b else "**no**")
-
-
 def beside(run: dict, ours: dict | None, own_greedy: dict | None) -> dict:
     """One llama.cpp run with what it is compared to: specdec's row for that card and prompt
     (`ours`) and llama.cpp's own greedy run at the same quantisation."""
-    return {**run, "ours": ours, "own_greedy": own_greedy, "specdec_tokens_per_s": specdec_speed(run, ours)}
+    return {**run, "ours": ours, "own_greedy": own_greedy, "specdec_tokens_per_s": specdec_speed(run["mode"], ours)}
 
 
 def over_specdec(r: dict) -> float | None:
-    theirs = r["specdec_tokens_per_s"]
-    return r["tokens_per_s_with_prefill"] / theirs if theirs and r["tokens_per_s_with_prefill"] else None
+    return ratio(r["tokens_per_s_with_prefill"], r["specdec_tokens_per_s"])
 
 
 # A row here is beside(...)'s.
@@ -62,16 +48,12 @@ def llamacpp_section(folder: Folder) -> list[str]:
     runs = llamacpp_runs(folder.rows("llamacpp"))
     if not runs:
         return []
-    ours = specdec_readme(folder.rows("readme"))
+    ours = specdec_prompts(folder)
     greedy = {(r["card"], r["quant"], r["id"]): r for r in runs if r["mode"] == "greedy"}
-    rows = [beside(r, ours.get((r["card"], r["id"])), greedy.get((r["card"], r["quant"], r["id"]))) for r in runs]
-    cpus = sorted({r["cpu"] for r in runs if r.get("cpu")} - {folder.machine.get("cpu")})
+    rows = [beside(r, ours_for(r, ours), greedy.get((r["card"], r["quant"], r["id"]))) for r in runs]
     first = runs[0]
-    made = ("this run's command sets `PEERS=llamacpp`" if "PEERS=llamacpp" in folder.command else
-            "the command above does not set `PEERS=llamacpp`, so `llamacpp.jsonl` is from an earlier run on this "
-            "machine kind, beside this run's specdec figures")
     return ["", "## llama.cpp beside specdec", "",
-            f"`benchmarks/peers/llamacpp.sh` (`llamacpp.jsonl`; {made}): llama.cpp {first.get('llamacpp', UNKNOWN)} "
+            f"`benchmarks/peers/llamacpp.sh` (`llamacpp.jsonl`; {made_by(folder, 'llamacpp')}): llama.cpp {first.get('llamacpp', UNKNOWN)} "
             f"on the README's prompt, chat-templated as specdec feeds it, at most {first.get('max_tokens', '–')} tokens, "
             f"{first.get('threads', '–')} threads, greedy (`--temp 0 --top-k 1`): `llama-completion` (greedy), "
             "`llama-lookup` (prompt lookup) or `llama-speculative` (a draft model) at k = "
@@ -82,17 +64,17 @@ def llamacpp_section(folder: Folder) -> list[str]:
             "did not run that card on this prompt). `same text`: a speculative run's text against llama.cpp's own greedy "
             "at that quantisation; `= specdec greedy`: llama.cpp's greedy text against specdec's (not compared where "
             "`readme.jsonl` carries no text)."
-            + (f" **The runs name another CPU: {', '.join(cpus)}.**" if cpus else ""), "",
+            + other_cpus(folder, runs), "",
             column_table(LLAMACPP_TABLE, rows)]
 
 
 def llamacpp_closing(folder: Folder) -> list[str]:
-    ours = specdec_readme(folder.rows("readme"))
+    ours = specdec_prompts(folder)
     lines = []
     for r in llamacpp_runs(folder.rows("llamacpp")):
-        s = ours.get((r["card"], r["id"]))
+        s = ours_for(r, ours)
         if s and r["quant"] == "F32":
             lines.append(f"- llama.cpp F32 {r['mode']} on the README example: {f(r['tokens_per_s_with_prefill'], '.1f')} "
-                         f"tok/s with the prefill against specdec's {f(specdec_speed(r, s), '.1f')} "
+                         f"tok/s with the prefill against specdec's {f(specdec_speed(r['mode'], s), '.1f')} "
                          f"({'greedy' if r['mode'] == 'greedy' else s['draft']}).")
     return lines
