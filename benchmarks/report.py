@@ -13,7 +13,8 @@ DIR holds machine.json (the CPU model, vendor, cores, torch's BLAS, versions, da
 the command, recorded by run.sh when it starts; COMMAND defaults to its `command`), bench.jsonl
 and sweep.jsonl, and optionally plan.jsonl, distilled.jsonl, pair.jsonl, pair-suite.jsonl,
 pair-exact.jsonl, batch.jsonl, batch-exact.jsonl, soak.jsonl, readme.jsonl, llamacpp.jsonl
-(benchmarks/peers/llamacpp.sh) and exactness.jsonl (benchmarks/exactness.sh). Every section
+(benchmarks/peers/llamacpp.sh), vllm.jsonl (benchmarks/peers/vllm.sh) and exactness.jsonl
+(benchmarks/exactness.sh). Every section
 names the machine at its top. NOTE, when given, follows the opening sentence (say there how the
 files were made if not all by one run of COMMAND).
 
@@ -32,22 +33,25 @@ import report_cards as cards
 import report_llamacpp as llamacpp
 import report_shapes as shapes
 import report_suite as suite
+import report_vllm as vllm
 from report_common import Folder, bench_rows, f, load, optional, overall_row, table  # noqa: F401 (summary.py's)
 from report_machine import (UNKNOWN, blas_label, commit_label, cpu_model, load_machine,  # noqa: F401
                             machine_line, machine_record, name_the_machine, slug)
 from report_batch import batch_overall  # noqa: F401 (summary.py's)
 from report_llamacpp import llamacpp_runs  # noqa: F401 (summary.py's)
 from report_shapes import exactness_groups  # noqa: F401 (summary.py's)
+from report_vllm import vllm_readme  # noqa: F401 (summary.py's)
 
-# The page, in order: each reads the folder and gives its lines, none where its file is absent.
+# The page, in order: each reads the folder and gives its lines, none where its file is absent (vLLM's
+# says in one line that it is missing beside the README example).
 SECTIONS = (suite.opening, suite.category_section, suite.peer_section, suite.plan_section, suite.sweep_section,
             cards.distilled_section, cards.pair_section, cards.pair_suite_section, cards.pair_exact_section,
             batch.batch_section, batch.batch_exact_section, suite.readme_section, llamacpp.llamacpp_section,
-            shapes.exactness_section, shapes.bf16_section, shapes.compile_section)
+            vllm.vllm_section, shapes.exactness_section, shapes.bf16_section, shapes.compile_section)
 # The closing note: one line per figure a run measured, in this order.
 CLOSINGS = (suite.suite_closing, cards.distilled_closing, cards.pair_closing, batch.batch_closing,
             suite.readme_closing, cards.pair_suite_closing, cards.pair_exact_closing, batch.batch_exact_closing,
-            llamacpp.llamacpp_closing, shapes.exactness_closing)
+            llamacpp.llamacpp_closing, vllm.vllm_closing, shapes.exactness_closing)
 
 
 def main(directory: str, command: str | None = None, note: str = "") -> str:

