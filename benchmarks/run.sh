@@ -24,7 +24,13 @@
 #   README_REPEATS=5: the README's first example (default card) timed greedy vs speculative
 #   BF16=1 (empty: skip) the card over the suite and DISTILLED_CARD on free text in bfloat16 (pinned
 #   shapes), against the faster of pinned and free-shape greedy
-#   PEERS=llamacpp (unset: skip) llama.cpp on the README's example, into the kind's llamacpp.jsonl
+#   PEERS (unset: skip; a comma list of llamacpp, vllm, e.g. PEERS=llamacpp,vllm) the peers on the
+#   README's example, each into the kind's <peer>.jsonl: llama.cpp (benchmarks/peers/llamacpp.sh);
+#   vLLM on the CPU (benchmarks/peers/vllm.sh: float32 and bfloat16, greedy and its own speculation,
+#   one process each, every start-up 1-2 min on 2 cores), then on the suite, VLLM_SUITE_LIMIT=LIMIT
+#   prompts per category (empty: skip; four more start-ups), and PAIR_CARD on the README's example
+#   when fetched. A peer that fails or cannot be installed still lets the pages be written, then
+#   ends the script non-zero
 # Compiled forwards (decoding.compile) against eager ones: benchmarks/compile.sh, run on its own.
 # e.g. on a quiet or GPU machine: LIMIT=3 REPEATS=5 SWEEP_REPEATS=3 bash benchmarks/run.sh
 set -euo pipefail
@@ -52,9 +58,13 @@ SOAK_PROMPTS=${SOAK_PROMPTS:-200}
 SOAK_MAX_TOKENS=${SOAK_MAX_TOKENS:-32}
 README_REPEATS=${README_REPEATS:-5}
 PEERS=${PEERS:-}
+VLLM_SUITE_LIMIT=${VLLM_SUITE_LIMIT-$LIMIT}
+for peer in ${PEERS//,/ }; do  # a misspelt peer stops the script now, not after an hour of runs
+  case "$peer" in llamacpp|vllm) ;; *) echo "Error: PEERS: unknown peer '$peer' (llamacpp, vllm)" >&2; exit 2 ;; esac
+done
 BF16=${BF16-1}
 if [ -n "$THREADS" ]; then export OMP_NUM_THREADS="$THREADS"; fi
-command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS PAIR_SUITE_LIMIT=$PAIR_SUITE_LIMIT CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS ${PAIR_EXACT_TOKENS:+PAIR_EXACT_TOKENS=$PAIR_EXACT_TOKENS }SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS README_REPEATS=$README_REPEATS BF16=$BF16 ${PEERS:+PEERS=$PEERS }bash benchmarks/run.sh"
+command="${THREADS:+THREADS=$THREADS }DISTILLED_CARD=$DISTILLED_CARD PAIR_CARD=$PAIR_CARD PAIR_MAX_TOKENS=$PAIR_MAX_TOKENS PAIR_REPEATS=$PAIR_REPEATS PAIR_SUITE_LIMIT=$PAIR_SUITE_LIMIT CARD=$CARD LIMIT=$LIMIT MAX_TOKENS=$MAX_TOKENS REPEATS=$REPEATS SWEEP_REPEATS=$SWEEP_REPEATS SWEEP_KS=$SWEEP_KS BATCH=$BATCH BATCH_LIMIT=$BATCH_LIMIT BATCH_KS=$BATCH_KS ${PAIR_EXACT_TOKENS:+PAIR_EXACT_TOKENS=$PAIR_EXACT_TOKENS }SOAK_PROMPTS=$SOAK_PROMPTS SOAK_MAX_TOKENS=$SOAK_MAX_TOKENS README_REPEATS=$README_REPEATS BF16=$BF16 ${PEERS:+PEERS=$PEERS }${VLLM_SUITE_LIMIT:+VLLM_SUITE_LIMIT=$VLLM_SUITE_LIMIT }bash benchmarks/run.sh"
 # this machine's kind: every file below goes into its folder; machine.json (the CPU model, vendor,
 # cores, torch's BLAS, versions, commit, date and the command) is recorded now, before any run
 RESULTS=benchmarks/results
@@ -141,24 +151,52 @@ mv "$B/sweep.jsonl.tmp" "$B/sweep.jsonl"
 mv "$B/plan.jsonl.tmp" "$B/plan.jsonl"
 for f in distilled pair pair-suite batch batch-exact soak readme bf16; do if [ -f "$B/$f.jsonl.tmp" ]; then mv "$B/$f.jsonl.tmp" "$B/$f.jsonl"; else rm -f "$B/$f.jsonl"; fi; done
 
-# 7. PEERS=llamacpp: llama.cpp beside specdec on the README's example (section 5's prompt, the
-#    default card and its token budget; PAIR_CARD too when fetched), into the kind's
-#    llamacpp.jsonl (kept as it is when PEERS is unset); the first run builds llama.cpp
-#    (benchmarks/peers/llamacpp.sh says how, and its knobs)
-peers_rc=0  # a failure here still lets the page below be written, then ends the script with it
-if [ "$PEERS" = llamacpp ]; then
+# 7. PEERS: each peer beside specdec on the README's example (section 5's prompt, the default card
+#    and its token budget), into the kind's <peer>.jsonl (kept as it is when PEERS does not name it):
+#    llama.cpp (PAIR_CARD too when fetched; the first run builds it: benchmarks/peers/llamacpp.sh
+#    says how, and its knobs); vLLM (the first run installs it into its own venv: benchmarks/peers/vllm.sh)
+#    at README_REPEATS, then on the suite's first VLLM_SUITE_LIMIT prompts per category at MAX_TOKENS
+#    and REPEATS (beside bench.jsonl's), then PAIR_CARD on the README's example, each a vllm.sh run of
+#    its own, so one that fails keeps the others' lines
+peers_failed="" peers_rc=0  # a failure here still lets the page below be written, then ends the script with it
+failed() { peers_failed+=" $1 (exit $2)"; if [ "$peers_rc" = 0 ]; then peers_rc=$2; fi; }
+if [ -n "$PEERS" ]; then
   readme_card=$("$PYTHON" -c "from specdec_cli.cli.options import DEFAULT_CARD; print(DEFAULT_CARD)")
   readme_tokens=$("$PYTHON" -c "from specdec_cli.cards.card import load_card; print(load_card('$readme_card').max_tokens)")
-  CARD=$readme_card PAIR_CARD=$PAIR_CARD bash benchmarks/peers/llamacpp.sh --prompts-file "$B/readme-prompt.jsonl" \
-      --max-tokens "$readme_tokens" "$B/llamacpp.jsonl" || peers_rc=$?
 fi
-# 7. this kind's page from its folder, then the summary from every kind's folder
+vllm_peer() {  # the vLLM runs above into $B/vllm.jsonl; non-zero if any failed
+  local rc=0 parts=()
+  rm -f "$B"/vllm-*.jsonl.tmp
+  CARD=$readme_card PAIR_CARD="" REPEATS=$README_REPEATS bash benchmarks/peers/vllm.sh \
+      --prompts-file "$B/readme-prompt.jsonl" --max-tokens "$readme_tokens" "$B/vllm-readme.jsonl.tmp" || rc=$?
+  if [ "$rc" = 0 ] && [ -n "$VLLM_SUITE_LIMIT" ]; then
+    "$PYTHON" benchmarks/suite_prompts.py "$VLLM_SUITE_LIMIT" > "$B/vllm-suite-prompts.jsonl"  # every category
+    CARD=$CARD PAIR_CARD="" REPEATS=$REPEATS bash benchmarks/peers/vllm.sh \
+        --prompts-file "$B/vllm-suite-prompts.jsonl" --max-tokens "$MAX_TOKENS" "$B/vllm-suite.jsonl.tmp" || rc=$?
+  fi
+  if [ "$rc" = 0 ] && [ -n "$PAIR_CARD" ]; then  # vllm.sh skips a card whose files are not fetched
+    CARD=$PAIR_CARD PAIR_CARD="" REPEATS=$README_REPEATS bash benchmarks/peers/vllm.sh \
+        --prompts-file "$B/readme-prompt.jsonl" --max-tokens "$readme_tokens" "$B/vllm-pair.jsonl.tmp" || rc=$?
+  fi
+  for part in readme suite pair; do [ -f "$B/vllm-$part.jsonl.tmp" ] && parts+=("$B/vllm-$part.jsonl.tmp"); done
+  if [ ${#parts[@]} -gt 0 ]; then cat "${parts[@]}" > "$B/vllm.jsonl"; fi  # what ran, even if a later part failed
+  rm -f "$B"/vllm-*.jsonl.tmp
+  return "$rc"
+}
+for peer in ${PEERS//,/ }; do
+  case "$peer" in
+    llamacpp) CARD=$readme_card PAIR_CARD=$PAIR_CARD bash benchmarks/peers/llamacpp.sh --prompts-file "$B/readme-prompt.jsonl" \
+                  --max-tokens "$readme_tokens" "$B/llamacpp.jsonl" || failed llamacpp $? ;;
+    vllm) vllm_peer || failed vllm $? ;;
+  esac
+done
+# 8. this kind's page from its folder, then the summary from every kind's folder
 "$PYTHON" benchmarks/report.py "$B" > "$B.md.tmp"
 mv "$B.md.tmp" "$B.md"
 "$PYTHON" benchmarks/summary.py "$RESULTS" > benchmarks/RESULTS.md.tmp
 mv benchmarks/RESULTS.md.tmp benchmarks/RESULTS.md
 echo "wrote $B/, $B.md and benchmarks/RESULTS.md" >&2
-if [ "$peers_rc" != 0 ]; then
-  echo "run.sh: PEERS=llamacpp failed (exit $peers_rc): $B/llamacpp.jsonl, if there, is from an earlier run" >&2
+if [ -n "$peers_failed" ]; then
+  echo "run.sh: PEERS failed:$peers_failed; a peer's $B/<peer>.jsonl is from an earlier run where that run wrote nothing" >&2
   exit "$peers_rc"
 fi

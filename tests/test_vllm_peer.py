@@ -73,3 +73,12 @@ def test_compare_marks_agreement_and_explains_a_difference():
     assert bf16_ngram["equals_specdec_greedy"] and bf16_ngram["differs_from_own_greedy_at"] == 2
     assert "not exact" in bf16_ngram["why_not_own_greedy"]
     assert batch == runs[-1]  # a batch row has no text to compare
+
+
+def test_run_sh_refuses_an_unknown_peer_before_any_run(tmp_path):
+    """PEERS is a comma list; a misspelt name stops run.sh at once, before an hour of runs."""
+    root = PEERS.parent.parent
+    done = subprocess.run(["bash", str(root / "benchmarks" / "run.sh")], capture_output=True, text=True, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "PEERS": "llamacpp,vlm", "SPECDEC": "/bin/false",
+                               "PYTHON": "/bin/false"})
+    assert done.returncode == 2 and done.stderr == "Error: PEERS: unknown peer 'vlm' (llamacpp, vllm)\n"

@@ -50,7 +50,9 @@
 #   its model with torch.compile at start-up, 1-2 min on 2 cores; 1: --enforce-eager, ~20 s)
 #   KV_GIB=1 (vLLM's CPU KV cache, VLLM_CPU_KVCACHE_SPACE) BIND=0-(THREADS-1) (VLLM_CPU_OMP_THREADS_BIND;
 #   auto: vLLM's own default) PRELOAD=1 (empty: no libiomp5 in LD_PRELOAD) LOGS (unset: a temp dir,
-#   removed; set: every run's log kept there) PYTHON=.venv/bin/python SPECDEC=.venv/bin/specdec
+#   removed; set: every run's log kept there) NOTE (unset: none; set: recorded as `note` on every
+#   line and printed under the report's vLLM table, e.g. how busy the machine was)
+#   PYTHON=.venv/bin/python SPECDEC=.venv/bin/specdec
 # e.g. a quick functional run:  EAGER=1 DTYPES=float32 bash benchmarks/peers/vllm.sh --max-tokens 32 /tmp/vllm.jsonl
 #
 # Exit status: 0 with OUT written; 3 when vLLM cannot be installed or started on this machine
@@ -95,6 +97,7 @@ EAGER=${EAGER:-}
 KV_GIB=${KV_GIB:-1}
 BIND=${BIND:-0-$((THREADS - 1))}
 PRELOAD=${PRELOAD-1}
+NOTE=${NOTE:-}
 say() { echo "vllm: $*" >&2; }
 cannot() { say "cannot run here: $*"; exit 3; }  # the one line a caller shows, then goes on
 
@@ -225,6 +228,7 @@ runs() {  # card: greedy and the card's speculative mode at each dtype, every pr
                   --mode "$m" --repeats "$REPEATS" --ctx "$CTX" --field "card=$card" --field "cpu=$CPU"
                   --field "threads=$THREADS" --field "omp_bind=$BIND" --field "preload=${PRELOAD:+libiomp5}"
                   --out "$WORK/$card.runs.jsonl")
+      if [ -n "$NOTE" ]; then args+=(--field "note=$NOTE"); fi
       if [ "$m" != greedy ]; then args+=(--speculative-config "$spec"); fi
       if [ -n "$EAGER" ]; then args+=(--enforce-eager); fi
       if ! vllm_env "$VPY" "$HERE/vllm_run.py" "${args[@]}" > "$LOGS/$card.$dtype.$m.log" 2>&1; then
