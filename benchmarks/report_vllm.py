@@ -8,7 +8,7 @@ from __future__ import annotations
 from report_common import Folder, column_table, f
 from report_llamacpp import llamacpp_runs
 from report_machine import UNKNOWN
-from report_peers import made_by, other_cpus, ours_for, ratio, specdec_prompts, specdec_speed
+from report_peers import made_by, other_cpus, ours_for, peers_of, ratio, specdec_prompts, specdec_speed
 
 from specdec_cli.eval.columns import Column
 
@@ -106,7 +106,9 @@ def vllm_section(folder: Folder) -> list[str]:
              "`= specdec greedy`: vLLM's tokens against specdec's float32 greedy, run by `vllm.sh` in the same "
              "session; `= vLLM greedy`: a speculative run against vLLM's own greedy in that dtype; a difference names "
              "its first token (`why_not_specdec` and `why_not_own_greedy` in the file say why). A row `at once` is "
-             "every prompt in one call (vLLM's batching: throughput)." + other_cpus(folder, rows))
+             "every prompt in one call (vLLM's batching: throughput)." + other_cpus(folder, rows)
+             + ("" if "vllm" in peers_of(folder.command) else " `vLLM/specdec` divides figures of two runs, so the "
+                "machine's load at each moves it as much as the engines do."))
     return ["", "## vLLM beside specdec", "", intro, ""] + notes + ([""] if notes else []) + [column_table(VLLM_TABLE, rows)]
 
 
@@ -115,8 +117,8 @@ def vllm_closing(folder: Folder) -> list[str]:
     readme = [r for r in rows_of(folder) if r["id"] == "readme" and r["dtype"] == "float32"]
     if not readme:
         return []
-    said = ", ".join(f"{mode(r)} {f(r['tokens_per_s'], '.1f')} (specdec {f(r['specdec_tokens_per_s'], '.1f')})"
-                     for r in readme)
+    said = "; ".join(f"{mode(r).replace(',', '')}: {f(r['tokens_per_s'], '.1f')} against specdec's "
+                     f"{f(r['specdec_tokens_per_s'], '.1f')}" for r in readme)
     low, high = (f(g(r["startup_s"] for r in readme), ".0f") for g in (min, max))
     startup = low if low == high else f"{low}-{high}"
     return [f"- vLLM float32 on the README example, tok/s with the prefill: {said}; start-up {startup} s."]

