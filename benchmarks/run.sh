@@ -156,30 +156,31 @@ for f in distilled pair pair-suite batch batch-exact soak readme bf16; do if [ -
 #    llama.cpp (PAIR_CARD too when fetched; the first run builds it: benchmarks/peers/llamacpp.sh
 #    says how, and its knobs); vLLM (the first run installs it into its own venv: benchmarks/peers/vllm.sh)
 #    at README_REPEATS, then on the suite's first VLLM_SUITE_LIMIT prompts per category at MAX_TOKENS
-#    and REPEATS (beside bench.jsonl's), then PAIR_CARD on the README's example, each a vllm.sh run of
-#    its own, so one that fails keeps the others' lines
+#    and REPEATS (beside bench.jsonl's), then PAIR_CARD on the README's example: each a vllm.sh run of
+#    its own, so a failing one stops the next but keeps the lines of those before it
 peers_failed="" peers_rc=0  # a failure here still lets the page below be written, then ends the script with it
 failed() { peers_failed+=" $1 (exit $2)"; if [ "$peers_rc" = 0 ]; then peers_rc=$2; fi; }
 if [ -n "$PEERS" ]; then
   readme_card=$("$PYTHON" -c "from specdec_cli.cli.options import DEFAULT_CARD; print(DEFAULT_CARD)")
   readme_tokens=$("$PYTHON" -c "from specdec_cli.cards.card import load_card; print(load_card('$readme_card').max_tokens)")
 fi
-vllm_peer() {  # the vLLM runs above into $B/vllm.jsonl; non-zero if any failed
-  local rc=0 parts=()
+vllm_part() {  # NAME CARD REPEATS PROMPTS TOKENS: one vllm.sh run into $B/vllm-NAME.jsonl.tmp, none if it fails
+  CARD=$2 PAIR_CARD="" REPEATS=$3 bash benchmarks/peers/vllm.sh --prompts-file "$4" --max-tokens "$5" \
+      "$B/vllm-$1.jsonl.tmp" || { local rc=$?; rm -f "$B/vllm-$1.jsonl.tmp"; return "$rc"; }
+}
+vllm_peer() {  # the vLLM runs above into $B/vllm.jsonl (those done before a failure); non-zero if one failed
+  local rc=0 parts=() part
   rm -f "$B"/vllm-*.jsonl.tmp
-  CARD=$readme_card PAIR_CARD="" REPEATS=$README_REPEATS bash benchmarks/peers/vllm.sh \
-      --prompts-file "$B/readme-prompt.jsonl" --max-tokens "$readme_tokens" "$B/vllm-readme.jsonl.tmp" || rc=$?
+  vllm_part readme "$readme_card" "$README_REPEATS" "$B/readme-prompt.jsonl" "$readme_tokens" || rc=$?
   if [ "$rc" = 0 ] && [ -n "$VLLM_SUITE_LIMIT" ]; then
     "$PYTHON" benchmarks/suite_prompts.py "$VLLM_SUITE_LIMIT" > "$B/vllm-suite-prompts.jsonl"  # every category
-    CARD=$CARD PAIR_CARD="" REPEATS=$REPEATS bash benchmarks/peers/vllm.sh \
-        --prompts-file "$B/vllm-suite-prompts.jsonl" --max-tokens "$MAX_TOKENS" "$B/vllm-suite.jsonl.tmp" || rc=$?
+    vllm_part suite "$CARD" "$REPEATS" "$B/vllm-suite-prompts.jsonl" "$MAX_TOKENS" || rc=$?
   fi
   if [ "$rc" = 0 ] && [ -n "$PAIR_CARD" ]; then  # vllm.sh skips a card whose files are not fetched
-    CARD=$PAIR_CARD PAIR_CARD="" REPEATS=$README_REPEATS bash benchmarks/peers/vllm.sh \
-        --prompts-file "$B/readme-prompt.jsonl" --max-tokens "$readme_tokens" "$B/vllm-pair.jsonl.tmp" || rc=$?
+    vllm_part pair "$PAIR_CARD" "$README_REPEATS" "$B/readme-prompt.jsonl" "$readme_tokens" || rc=$?
   fi
-  for part in readme suite pair; do [ -f "$B/vllm-$part.jsonl.tmp" ] && parts+=("$B/vllm-$part.jsonl.tmp"); done
-  if [ ${#parts[@]} -gt 0 ]; then cat "${parts[@]}" > "$B/vllm.jsonl"; fi  # what ran, even if a later part failed
+  for part in readme suite pair; do if [ -f "$B/vllm-$part.jsonl.tmp" ]; then parts+=("$B/vllm-$part.jsonl.tmp"); fi; done
+  if [ ${#parts[@]} -gt 0 ]; then cat "${parts[@]}" > "$B/vllm.jsonl"; fi
   rm -f "$B"/vllm-*.jsonl.tmp
   return "$rc"
 }
