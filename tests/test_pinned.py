@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from specdec_cli.cards.card import load_card
 from specdec_cli.loop.decoding import NoDraft, decode_rows, greedy_decode, speculative_decode
+from specdec_cli.loop.tree import Proposal
 from specdec_cli.drafts import ModelDraft, OracleDraft
 from specdec_cli.errors import SpecdecError
 from specdec_cli.engine.models import HFLM
@@ -192,12 +193,12 @@ class Forced:
     def __init__(self, tokens: list[int]):
         self.tokens, self.at = tokens, 0
 
-    def propose(self, draft, tokens: list[int], d: int):
-        return draft.propose(tokens, d), None
+    def propose(self, draft, tokens: list[int], d: int, trees: bool = False):
+        return Proposal(draft.propose(tokens, d))
 
-    def verify(self, logits: torch.Tensor, proposal: torch.Tensor, q):
+    def verify(self, logits: torch.Tensor, proposal: Proposal):
         self.at += 1
-        return torch.tensor(0), torch.tensor(self.tokens[self.at - 1 : self.at])
+        return torch.tensor(0), torch.tensor(self.tokens[self.at - 1 : self.at]), torch.arange(proposal.d + 1)
 
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES))

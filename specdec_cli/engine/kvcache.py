@@ -29,6 +29,7 @@ from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from specdec_cli.errors import SpecdecError
+from specdec_cli.engine.trees import layout
 
 PAD = 0  # the id that fills a pinned forward's unused slots (any id will do: its outputs are dropped)
 
@@ -65,6 +66,8 @@ class SerialCache:
     """Any target behind the small model interface: one cache per row, rows fed one by one.
     Pinned (`width` W): each row's forward is padded to W tokens, as KVCache pads."""
 
+    trees = False  # rows are fed one by one through the model's own forward: no tree mask
+
     def __init__(self, target, width: int | None = None):
         self.target, self.width, self.caches, self.fed = target, width, [], 0
 
@@ -83,9 +86,11 @@ class SerialCache:
     def warm(self, widths) -> None:
         """Nothing to compile here (KVCache.warm)."""
 
-    def forward(self, ids: torch.Tensor, features: bool = False):
+    def forward(self, ids: torch.Tensor, features: bool = False, trees: list | None = None):
         """ids [B, S] -> logits [B, S, V]; appends S positions (W when pinned) to every row.
-        With `features`, (logits, hidden states [B, S, H])."""
+        With `features`, (logits, hidden states [B, S, H]). Chains only (`trees`: None)."""
+        if trees is not None and any(trees):
+            raise SpecdecError("token trees need specdec's KV cache (a transformers target)")
         s = ids.shape[1]
         if self.width is not None:
             ids = torch.cat([ids, ids.new_full((ids.shape[0], self.width - s), PAD)], 1)
@@ -95,8 +100,8 @@ class SerialCache:
         outs = [self.target.forward(ids[i : i + 1], c, features=True) for i, c in enumerate(self.caches)]
         return torch.stack([o[0][:s] for o in outs]), torch.stack([o[1][:s] for o in outs])
 
-    def keep(self, kept: list[int]) -> None:
-        """Row i keeps the first kept[i] of the positions just fed."""
+    def keep(self, kept: list[int], paths: list[list[int]] | None = None) -> None:
+        """Row i keeps the first kept[i] of the positions just fed (chains only: `paths` are 0..n)."""
         for cache, n in zip(self.caches, kept):
             cache.crop(n - self.fed)
 
@@ -209,9 +214,17 @@ class KVCache:
             layer.values[: len(rows), :, :width] = layer.values[at, :, :width]
         self.lengths = [self.lengths[i] for i in rows]
 
-    def forward(self, ids: torch.Tensor, features: bool = False):
+    @property
+    def trees(self) -> bool:
+        """Whether a forward may hold token trees (engine/trees.py): not in sliding-window layers,
+        whose window counts columns, where a tree slot's position is its depth."""
+        return self.sliding is None
+
+    def forward(self, ids: torch.Tensor, features: bool = False, trees: list | None = None):
         """ids [B, S] -> logits [B, S, V]: each row's S positions at its own columns (pinned: fed
-        as [rows, W], padded). With `features`, (logits, hidden states [B, S, H])."""
+        as [rows, W], padded). With `features`, (logits, hidden states [B, S, H]). `trees`: row
+        i's slots form the tree trees[i] (parents, engine/trees.py; None: a chain): slot s sits
+        at position length + depth(s) and sees the row's columns plus its own ancestors."""
         b, s = ids.shape
         lengths = self.lengths
         wide = self.lm.policy.width(s) if self.width is None and self.rows == 1 and not self.fixed else s
@@ -222,12 +235,16 @@ class KVCache:
             ids = torch.cat([ids, ids.new_full((self.rows - b, self.width), PAD)])
             lengths = lengths + [0] * (self.rows - b)  # rows not live: padding at their own columns
         self.fed = fed = ids.shape[1]
-        positions = to_device(lengths, ids.device)[:, None] + torch.arange(fed, device=ids.device)
+        start = to_device(lengths, ids.device)[:, None]  # [B, 1]
+        positions = start + torch.arange(fed, device=ids.device)  # [B, S]: a chain's, and the columns written
         self.columns = self.capacity if self.fixed else max(lengths) + fed
         self._reserve(len(lengths), max(lengths) + fed)
         self.at = positions[:, None, :, None]  # [B, 1, S, 1]: where each new position is written
         column = torch.arange(self.columns, device=ids.device)
-        visible = column <= self.at  # [B, 1, S, columns]
+        if trees is None or not any(trees):
+            visible = column <= self.at  # [B, 1, S, columns]
+        else:
+            positions, visible = self._tree(trees, start, column, fed)
         mask = self._mask(visible)
         if self.sliding:  # a sliding layer sees only the last `window` columns
             window = self._mask(visible & (column > self.at - self.window))
@@ -237,14 +254,33 @@ class KVCache:
                               attention_mask=mask, position_ids=positions)
         return (out[0][:b, :s], out[1][:b, :s]) if features else out[:b, :s]
 
+    def _tree(self, trees: list, start: torch.Tensor, column: torch.Tensor, fed: int):
+        """(positions [B, S], visible [B, 1, S, columns]) when rows hold token trees: each row's
+        columns before `start`, then the slots family marks (itself and its ancestors)."""
+        if not self.trees:
+            raise SpecdecError("token trees: a sliding-window layer counts its window in columns; trees need positions")
+        depth, family = layout(list(trees) + [None] * (start.shape[0] - len(trees)), fed, start.device)
+        rel = column - start  # [B, columns]: the column's slot in this forward (< 0: the prefix)
+        inside = family.gather(2, rel.clamp(0, fed - 1)[:, None, :].expand(-1, fed, -1))  # [B, S, columns]
+        visible = (rel < 0)[:, None, :] | (inside & (rel < fed)[:, None, :])
+        return start + depth, visible[:, None]
+
     def _mask(self, visible: torch.Tensor) -> torch.Tensor:
         if self.attention != "eager":
             return visible
         dtype = self.cache.layers[0].keys.dtype  # eager adds its mask to the scores
         return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill(~visible, torch.finfo(dtype).min)
 
-    def keep(self, kept: list[int]) -> None:
-        """Row i keeps the first kept[i] fed positions (the rest are written over next time)."""
+    def keep(self, kept: list[int], paths: list[list[int]] | None = None) -> None:
+        """Row i keeps the first kept[i] fed positions (the rest are written over next time); with
+        `paths`, the fed slots paths[i][:kept[i]] (a tree's kept path, by depth), moved to the
+        first columns where they are not there already."""
+        for i, (n, path) in enumerate(zip(self.lengths, paths or [])):
+            slots = path[: kept[i]]
+            if slots != list(range(len(slots))):
+                src, dst = (to_device([n + j for j in cols], self.lm.device) for cols in (slots, range(len(slots))))
+                for layer in self.cache.layers:
+                    layer.keys[i, :, dst], layer.values[i, :, dst] = layer.keys[i, :, src], layer.values[i, :, src]
         self.lengths = [n + k for n, k in zip(self.lengths, kept)]
 
 

@@ -159,4 +159,4 @@ def run(pair, prompts: list[list[int]], k: int, max_tokens: int, batch: int, dra
     draft = draft if draft is not None else NoDraft(pair.device)
     verifier = (lambda: GREEDY) if pair.sampling.greedy else (lambda: Sampler(pair.sampling, pair.generator()))
     return in_order(decode_rows(pair.target, draft, prompts, k, max_tokens, pair.eos, batch, verifier,
-                                f"card {pair.card.name}", lengths, width, trace=trace))
+                                f"card {pair.card.name}", lengths, width, trace=trace, trees=pair.card.tree))

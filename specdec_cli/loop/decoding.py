@@ -21,6 +21,7 @@ import torch
 
 from specdec_cli.loop.protocol import Draft
 from specdec_cli.loop.metrics import Round, Stats
+from specdec_cli.loop.tree import Proposal, walk
 from specdec_cli.engine.kvcache import prefill, cache_for, capacity_for, to_device  # noqa: F401  (prefill: re-exported)
 
 
@@ -63,19 +64,22 @@ class NoDraft(Draft):
 
 
 class Greedy:
-    """Greedy verification: accept the leading run of proposals equal to the target's argmax;
-    the target's argmax right after that run is the correction (or, after a full accept, the
-    bonus). Exact token for token: every emitted token is the target's own argmax."""
+    """Greedy verification: keep the longest path of proposals that equal the target's argmax
+    after their parent (a chain: the leading run); the target's argmax after that path is the
+    correction (or, after a full accept, the bonus). Exact token for token: every emitted token
+    is the target's own argmax."""
 
-    def propose(self, draft, tokens: list[int], d: int) -> tuple[torch.Tensor, None]:
-        return draft.propose(tokens, d), None
+    def propose(self, draft, tokens: list[int], d: int, trees: bool = False) -> Proposal:
+        if trees and draft.trees:
+            tokens, parents = draft.propose_tree(tokens, d)
+            return Proposal(tokens, parents=parents)
+        return Proposal(draft.propose(tokens, d))
 
-    def verify(self, logits: torch.Tensor, proposal: torch.Tensor, q) -> tuple[torch.Tensor, torch.Tensor]:
-        """logits [d+1, V], proposal [d] -> (accepted n: 0-dim, emitted [d+1]); rows 0..n of
-        `emitted` are the round's tokens (proposal[:n] + the target's token). No host sync."""
-        choice = logits.argmax(-1)  # [d+1]: the target's token after each prefix
-        n = (proposal == choice[: proposal.shape[0]]).int().cumprod(0).sum()  # leading matches
-        return n, choice  # choice[:n] == proposal[:n], choice[n] = correction/bonus
+    def verify(self, logits: torch.Tensor, proposal: Proposal) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """logits [d+1, V] -> (accepted n: 0-dim, emitted [d+1], path [d+1]); emitted[:n+1] are
+        the round's tokens (the kept proposals + the target's token), path[:n+1] their slots
+        (tree.walk). No host sync."""
+        return walk(logits.argmax(-1), proposal)
 
 
 GREEDY = Greedy()
@@ -123,68 +127,74 @@ class Verdicts:
     """The round's outcome for its B rows, read back from the device in one host sync.
     accepted  [B]         n_i: the proposals row i keeps
     chosen    [B][d+1]    the verifier's tokens for row i: chosen[i][:n_i + 1] are the round's
-                          tokens (proposal[:n_i] + the correction or bonus); the rest is padding"""
+                          tokens (the kept proposals + the correction or bonus); the rest is padding
+    paths     [B][d+1]    their slots in the verify: paths[i][:n_i + 1] (0, 1, .., n_i on a chain)"""
 
     accepted: list[int]
     chosen: list[list[int]]
+    paths: list[list[int]]
 
     @classmethod
-    def read(cls, verdicts: list[tuple[torch.Tensor, torch.Tensor]], d: int) -> Verdicts:
-        """verdicts: per row (n 0-dim, emitted [d_i + 1]) on the device -> host lists."""
-        table = torch.stack([torch.cat([n.view(1), e, e.new_zeros(d - e.shape[0] + 1)]) for n, e in verdicts])  # [B, d+2]
+    def read(cls, verdicts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], d: int) -> Verdicts:
+        """verdicts: per row (n 0-dim, emitted [d_i + 1], path [d_i + 1]) on the device -> host lists."""
+        pad = [e.new_zeros(d - e.shape[0] + 1) for _, e, _ in verdicts]
+        table = torch.stack([torch.cat([n.view(1), e, z, path, z]) for (n, e, path), z in zip(verdicts, pad)])  # [B, 2d+3]
         rows = table.tolist()  # the round's one host sync
-        return cls([row[0] for row in rows], [row[1:] for row in rows])
+        return cls([row[0] for row in rows], [row[1 : d + 2] for row in rows], [row[d + 2 :] for row in rows])
 
 
 def round_(cache, live: list[Request], k: int, max_tokens: int, eos: frozenset[int], lengths=None,
-           timed: bool = False) -> None:
+           timed: bool = False, trees: bool = False) -> None:
     """One round for every live row: draft, ONE verify forward [B, d+1], per-row accept and
     rollback. The round's only host sync is Verdicts.read; tokens fed back to the target and
-    the drafts stay on the device."""
+    the drafts stay on the device. `trees`: drafts that can propose token trees do (tree.py)."""
     # 1. each row's budget: k, never past max_tokens (under the cost schedule, one d for the batch)
     caps = [min(k, max_tokens - len(r.out) - 1) for r in live]
     if lengths is not None:
         lengths.decide(live, caps)
     # 2. proposals, padded into one rectangle [B, d+1]: the last token, then the proposal
-    drafts = [r.verifier.propose(r.draft, r.tokens, cap) for r, cap in zip(live, caps)]
-    d = max(p.shape[0] for p, _ in drafts)
-    ids = torch.stack([torch.cat([r.last, p, r.last.new_zeros(d - p.shape[0])]) for r, (p, _) in zip(live, drafts)])
+    drafts = [r.verifier.propose(r.draft, r.tokens, cap, trees) for r, cap in zip(live, caps)]
+    d = max(p.d for p in drafts)
+    ids = torch.stack([torch.cat([r.last, p.tokens, r.last.new_zeros(d - p.d)]) for r, p in zip(live, drafts)])
     # 3. one verify forward (with the hidden states when the draft drafts from them)
     features = live[0].draft.reads_features
     clock = time.perf_counter()
-    out = cache.forward(ids, features=features)
+    out = cache.forward(ids, features=features, trees=[p.parents for p in drafts] if trees else None)
     logits, hidden = out if features else (out, None)  # [B, d+1, V], [B, d+1, H] or None
     # 4. accept: each row's verifier on the device, then the one host sync
-    verdicts = [r.verifier.verify(logits[i, : p.shape[0] + 1], p, q) for i, (r, (p, q)) in enumerate(zip(live, drafts))]
+    verdicts = [r.verifier.verify(logits[i, : p.d + 1], p) for i, (r, p) in enumerate(zip(live, drafts))]
     read = Verdicts.read(verdicts, d)
     if timed:  # a draft that learns what verifies cost (the cost schedule), at batch 1
         live[0].draft.observe_verify(cache.fed, time.perf_counter() - clock, len(live[0].tokens))  # as fed: pinned, padded
-    # 5. commit: each row's new tokens, its draft told, its cache row rolled back to what it kept
-    for i, (r, (p, _), (_, emitted)) in enumerate(zip(live, drafts, verdicts)):
+    # 5. commit: each row's new tokens, its draft told, its cache row rolled back to the path it kept
+    for i, (r, p, (_, emitted, path)) in enumerate(zip(live, drafts, verdicts)):
         n = read.accepted[i]
         new, r.done = stop(read.chosen[i][: n + 1], len(r.out), max_tokens, eos)  # accepted + correction/bonus
+        kept = path[: len(new)]  # their slots in the verify, still on the device
         if r.logits is not None:
-            r.logits += list(logits[i, : len(new)].float().cpu())
+            r.logits += list(logits[i, kept].float().cpu())
         fresh = emitted[: len(new)]  # `new`, still on the device
         r.last = fresh[-1:]
         r.tokens += new
         r.out += new
-        r.draft.update(r.tokens, n, fresh, None if hidden is None else hidden[i, : len(new)])
-        r.rounds.append(Round(drafted=p.shape[0], accepted=n, emitted=len(new)))
+        r.draft.update(r.tokens, n, fresh, None if hidden is None else hidden[i, kept])
+        r.rounds.append(Round(drafted=p.d, accepted=n, emitted=len(new)))
         r.stats.observe(r.rounds[-1])
-    cache.keep([n + 1 for n in read.accepted])  # row i holds tokens + proposal[:n_i] (+ the last token fed)
+    cache.keep([n + 1 for n in read.accepted], read.paths)  # row i holds tokens + its kept path (+ the last token fed)
 
 
 @torch.inference_mode()
 def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int, eos: frozenset[int],
                 batch: int = 1, verifier: Callable[[], object] = lambda: GREEDY, card_name: str = "the target",
-                lengths=None, width: int | None = None, prefix=None, trace: bool = False) -> Iterator[tuple[int, Result]]:
+                lengths=None, width: int | None = None, prefix=None, trace: bool = False,
+                trees: bool = False) -> Iterator[tuple[int, Result]]:
     """Decode many prompts, `batch` rows at a time: yields (prompt index, Result) as rows
     finish; a waiting prompt takes a finished row's place at once (continuous batching).
     At batch > 1 `draft` is forked per row; `verifier()` makes each row's verifier; `lengths`
     (cost schedule) chooses each round's d for the batch. `width` W pins every forward to
     [batch, W] (None: free shapes); `prefix`: a cache holding the prompt's prefill, copied
-    (many sampling draws of one prompt); `trace` keeps each emitted token's logits row."""
+    (many sampling draws of one prompt); `trace` keeps each emitted token's logits row;
+    `trees`: a draft that can propose token trees (tree_shapes says where they run)."""
     width = width if width is None else max(width, k + 1)
     capacity = capacity_for(target, max(map(len, prompts), default=1) + max_tokens + (width or 0))
     features = draft.reads_features  # the draft drafts from the target's hidden states (batch 1)
@@ -204,7 +214,7 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
                 r.stats.target_forwards = cache.add(prompt, prefix)
                 r.draft.begin(prompt)
             live.append(r)
-        round_(cache, live, k, max_tokens, eos, lengths, timed)
+        round_(cache, live, k, max_tokens, eos, lengths, timed, trees and tree_shapes(cache, width))
         for r in live:
             if r.done:
                 yield r.index, r.result(target.device)
@@ -214,13 +224,21 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
             live = [live[i] for i in stay]
 
 
+def tree_shapes(cache, width: int | None) -> bool:
+    """Whether this loop's forwards can hold token trees: specdec's KV cache, free shapes. Under
+    pinned shapes a tree slot off the first chain reads its ancestors at other columns than a
+    plain step would, so its logits are not bitwise a plain step's (docs/trees.md): chains there."""
+    return cache.trees and width is None
+
+
 def decode(target, draft, prompt: list[int], k: int, max_tokens: int, eos: frozenset[int],
-           verifier=GREEDY, prefix=None, width: int | None = None, trace: bool = False) -> Result:
-    """One prompt through the loop. Each round the draft proposes d <= k tokens; the target
-    scores them all in one forward; the verifier keeps a leading run of them plus one token of
-    the target's (correction or bonus). With a draft that proposes nothing this is plain decoding."""
+           verifier=GREEDY, prefix=None, width: int | None = None, trace: bool = False, trees: bool = False) -> Result:
+    """One prompt through the loop. Each round the draft proposes d <= k tokens (a chain, or with
+    `trees` a token tree); the target scores them all in one forward; the verifier keeps the
+    longest agreeing path plus one token of the target's (correction or bonus). With a draft
+    that proposes nothing this is plain decoding."""
     return next(decode_rows(target, draft, [prompt], k, max_tokens, eos, 1, lambda: verifier,
-                            width=width, prefix=prefix, trace=trace))[1]
+                            width=width, prefix=prefix, trace=trace, trees=trees))[1]
 
 
 def greedy_decode(target, prompt: list[int], max_tokens: int, eos: frozenset[int], width: int | None = None,
@@ -232,6 +250,6 @@ def greedy_decode(target, prompt: list[int], max_tokens: int, eos: frozenset[int
 
 
 def speculative_decode(target, draft, prompt: list[int], k: int, max_tokens: int, eos: frozenset[int],
-                       width: int | None = None, trace: bool = False) -> Result:
+                       width: int | None = None, trace: bool = False, trees: bool = False) -> Result:
     """Greedy speculative decoding: output identical to greedy_decode, token for token."""
-    return decode(target, draft, prompt, k, max_tokens, eos, width=width, trace=trace)
+    return decode(target, draft, prompt, k, max_tokens, eos, width=width, trace=trace, trees=trees)

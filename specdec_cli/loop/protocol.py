@@ -28,6 +28,10 @@ gives each capability its default, and a draft overrides the ones it has.
     window           its own context window in tokens (None: it has no limit of its own)
     reads_features   it drafts from the target's final hidden states: the loop asks the target's
                      forwards for them and hands them over in begin and update (batch 1)
+    trees            it can propose a token tree, `propose_tree(tokens, k) -> (tokens [d],
+                     parents)` with d <= k (loop/tree.py: each token's parent slot, the most
+                     likely chain first), deterministic at any temperature; the loop asks for
+                     one where its forwards can hold trees (decoding.tree_shapes)
     observe_verify(width, seconds, context)  what a verify just cost (at batch 1; the cost
                      schedule learns from it; default: nothing)
     context_key(tokens, k)  a small int the schedule conditions acceptance on (default 0;
@@ -60,6 +64,7 @@ class Draft:
     fills = False
     window: int | None = None
     reads_features = False
+    trees = False
 
     def begin(self, prompt: list[int], features: torch.Tensor | None = None) -> None:
         pass
@@ -78,6 +83,10 @@ class Draft:
         """(tokens [d], q [d, V] or None): a draft that `samples` draws from its warped q; any
         other proposes as at temperature 0 and q is None (one-hot: the loop makes it)."""
         return self.propose(tokens, k), None
+
+    def propose_tree(self, tokens: list[int], k: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+        """(tokens [d], parents [d]): at most k tokens as a tree (only drafts that declare `trees`)."""
+        raise NotImplementedError
 
     def step_seconds(self, context: list[int]) -> float:
         """Measured seconds of one proposed token after `context` (only `runs_model` drafts)."""

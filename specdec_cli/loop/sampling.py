@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec_cli.loop.decoding import NoDraft, Result, decode
+from specdec_cli.loop.tree import Proposal, walk
 
 
 @dataclass(frozen=True)
@@ -85,20 +86,30 @@ class Sampler:
     """Speculative-sampling verification (Leviathan et al. 2023; Chen et al. 2023): the draft
     samples from its warped q; keep each proposal x in turn with probability min(1, p(x)/q(x));
     at the first rejection draw the correction from norm(max(0, p - q)); after a full accept draw
-    the bonus from p. Every emitted token is then distributed as plain sampling from p."""
+    the bonus from p. Every emitted token is then distributed as plain sampling from p.
+    A token tree (deterministic, tree.py) is verified by ancestral sampling: the target draws
+    its token after every slot, and the path follows its draws as long as a child holds them
+    (SpecExec's rule): each emitted token is a draw from p after the tokens before it."""
 
     def __init__(self, settings: Sampling, generator: torch.Generator):
         self.settings, self.generator = settings, generator
 
-    def propose(self, draft, tokens: list[int], d: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(tokens [d], q [d, V'] or None: a draft that does not sample is deterministic)."""
-        return draft.propose_sampled(tokens, d, self.settings.warp, self.generator)
+    def propose(self, draft, tokens: list[int], d: int, trees: bool = False) -> Proposal:
+        """Tokens [d] with q [d, V'] or None (a draft that does not sample is deterministic),
+        or, with `trees`, a deterministic tree from a draft that proposes them."""
+        if trees and draft.trees:
+            tokens, parents = draft.propose_tree(tokens, d)
+            return Proposal(tokens, parents=parents)
+        return Proposal(*draft.propose_sampled(tokens, d, self.settings.warp, self.generator))
 
-    def verify(self, logits: torch.Tensor, proposal: torch.Tensor, q) -> tuple[torch.Tensor, torch.Tensor]:
-        """logits [d+1, V] -> (accepted n: 0-dim, emitted [d+1]): rows 0..n are proposal[:n] and
-        the correction/bonus. Indexing by n is a gather/scatter: no host sync."""
-        d = proposal.shape[0]
-        p = self.settings.warp(logits)  # [d+1, V]: the target's distribution after each prefix
+    def verify(self, logits: torch.Tensor, proposal: Proposal) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """logits [d+1, V] -> (accepted n: 0-dim, emitted [d+1], path [d+1]): emitted[:n+1] are
+        the kept proposals and the correction/bonus, path[:n+1] their slots. Indexing by n is a
+        gather/scatter: no host sync."""
+        p = self.settings.warp(logits)  # [d+1, V]: the target's distribution after each slot
+        if proposal.parents is not None:
+            return walk(sample(p, self.generator), proposal)
+        proposal, q, d = proposal.tokens, proposal.q, proposal.d
         q = _as_q(q, proposal, p.shape[-1])  # [d, V]
         x = proposal[:, None]  # [d, 1]
         u = torch.rand(d, generator=self.generator, device=p.device)
@@ -108,7 +119,7 @@ class Sampler:
         fix = sample(residual(p, torch.cat([q, q.new_zeros(1, q.shape[-1])])), self.generator)  # [d+1]
         at = n.view(1)
         emitted = torch.cat([proposal, proposal.new_zeros(1)]).scatter(0, at, fix.gather(0, at))
-        return n, emitted
+        return n, emitted, torch.arange(d + 1, device=p.device)
 
 
 def sample_decode(target, prompt: list[int], max_tokens: int, eos: frozenset[int], settings: Sampling,
@@ -121,9 +132,10 @@ def sample_decode(target, prompt: list[int], max_tokens: int, eos: frozenset[int
 
 
 def speculative_sample(target, draft, prompt: list[int], k: int, max_tokens: int, eos: frozenset[int],
-                       settings: Sampling, generator: torch.Generator, prefix=None, width: int | None = None) -> Result:
-    """Speculative sampling: the output is distributed as sample_decode's."""
-    return decode(target, draft, prompt, k, max_tokens, eos, Sampler(settings, generator), prefix, width)
+                       settings: Sampling, generator: torch.Generator, prefix=None, width: int | None = None,
+                       trees: bool = False) -> Result:
+    """Speculative sampling: the output is distributed as sample_decode's (a token tree too)."""
+    return decode(target, draft, prompt, k, max_tokens, eos, Sampler(settings, generator), prefix, width, trees=trees)
 
 
 # ---------------------------------------------------------------------------- exact reference

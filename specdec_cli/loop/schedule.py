@@ -18,6 +18,8 @@ from typing import Callable
 
 import torch
 
+from specdec_cli.engine.trees import depths
+
 
 class Fixed:
     name = "fixed"
@@ -269,6 +271,7 @@ class Scheduled:
         self.name = f"{draft.name}+{schedule.name}"
         # the draft's declared capabilities (loop/protocol.py)
         self.needs_reference, self.free, self.reads_features = draft.needs_reference, draft.free, draft.reads_features
+        self.trees = draft.trees
         self.decided = None  # the next round's length when a batch decided it (decide)
 
     @property
@@ -312,6 +315,16 @@ class Scheduled:
             proposal = self.draft.filler(tokens)
         self.drafted = proposal.shape[0]
         return proposal
+
+    def propose_tree(self, tokens: list[int], k: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+        """A tree of at most the schedule's d tokens. The schedule learns from its depth, the
+        longest path it could have kept (its acceptance is by position along a path)."""
+        d = self._length(tokens, k)
+        proposal, parents = self.draft.propose_tree(tokens, d)
+        if d and not proposal.shape[0] and self.fills:
+            proposal, parents = self.draft.filler(tokens), (0,)
+        self.drafted = max(depths(parents))
+        return proposal, parents
 
     @property
     def fills(self) -> bool:

@@ -1,0 +1,64 @@
+"""Token trees: a round's proposals as a tree whose root is the last token (docs/trees.md).
+
+A verify feeds S = d + 1 slots: slot 0 is the row's last token, slot i >= 1 a proposed token
+whose parent is slot parents[i - 1] < i. Slot s sits at position prefix + depth(s) and sees the
+prefix plus its own ancestors; the target's token after slot s is judged against s's children.
+A chain of d is the tree parents = (0, 1, ..., d - 1): every loop path runs through here alike.
+Slots come in an order where the most likely path is the first chain (slots 1..depth), so a
+round that keeps it moves no K/V (KVCache.keep).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdec_cli.engine.trees import ancestry, chain, depths
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One row's proposal: tokens [d] on the device, the draft's q [d, V'] (None: deterministic)
+    and each token's parent slot (None: a chain)."""
+
+    tokens: torch.Tensor
+    q: torch.Tensor | None = None
+    parents: tuple[int, ...] | None = None
+
+    @property
+    def d(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return chain(self.d) if self.parents is None else self.parents
+
+
+def check(parents: tuple[int, ...]) -> None:
+    """A tree's parents come before their children (the slot order every layout relies on)."""
+    for i, p in enumerate(parents, 1):
+        if not 0 <= p < i:
+            raise ValueError(f"slot {i}'s parent {p} does not come before it")
+
+
+def walk(choice: torch.Tensor, proposal: Proposal) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The path the target agrees with, on the device (no host sync). choice [S]: the target's
+    token after each slot (its argmax, or a draw from its p). A slot is kept when its token is the
+    target's choice after its parent and its parent is kept; the deepest kept slot ends the path.
+    Returns (accepted n: 0-dim, emitted [S]: choice along the path, the correction or bonus last,
+    path [S]: the kept slots by depth, first n + 1 meaningful)."""
+    device = choice.device
+    parents = proposal.shape
+    s = len(parents) + 1
+    if not proposal.parents:  # a chain (or nothing proposed): the leading run of matches
+        n = (proposal.tokens == choice[: s - 1]).int().cumprod(0).sum()
+        return n, choice, torch.arange(s, device=device)
+    family = ancestry(parents).to(device)  # [S, S]
+    depth = torch.tensor(depths(parents), device=device)
+    match = torch.cat([torch.ones(1, dtype=torch.bool, device=device),
+                       proposal.tokens == choice[torch.tensor(parents, device=device)]])  # [S]
+    kept = ~(family & ~match).any(-1)  # every ancestor-or-self matched
+    end = torch.where(kept, depth, -1).argmax()  # siblings are distinct: one kept path
+    path = torch.where(family[end], depth, s).argsort(stable=True)  # its slots by depth, first
+    return depth[end], choice[path], path
