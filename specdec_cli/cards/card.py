@@ -119,6 +119,7 @@ class Card:
     shapes: str = "auto"  # pinned: every decode forward [rows, k+1] over a fixed KV buffer (bitwise exact); free
     matmuls: str = "measure"  # the forward policy's matmul forms (kernels.py)
     compile: bool = False  # torch.compile the pinned decode forward (kernels.py; docs/shapes.md)
+    tree: bool = False  # a draft that can propose token trees does (free shapes; docs/trees.md)
     device: str = "auto"
     dtype: str = "auto"
     trust_remote_code: bool = False  # never on unless a card asks for it
@@ -182,7 +183,7 @@ TOP = {"description": _str, "target": _str, "draft": None, "decoding": None, "de
        "device_map": _device_map}
 DECODING = {"k": _int(1, MAX_K), "max_tokens": _int(1, MAX_TOKENS), "chat_template": _chat,
             "temperature": _temperature, "top_k": _int(0, 2**31 - 1), "top_p": _top_p, "seed": _int(0, 2**63 - 1),
-            "shapes": _choice(SHAPES), "matmuls": _choice(MATMULS), "compile": _bool}
+            "shapes": _choice(SHAPES), "matmuls": _choice(MATMULS), "compile": _bool, "tree": _bool}
 SCHEDULE_FIELDS = {"schedule": _choice(SCHEDULES), "adaptive": _bool}  # every kind's (`adaptive`: schedule's old name)
 
 

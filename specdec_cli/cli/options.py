@@ -28,6 +28,9 @@ MATMULS = typer.Option(None, "--matmuls", help="A CPU float32 target's matmul fo
 COMPILE = typer.Option(None, "--compile/--no-compile", help="Compile the decode forwards with PyTorch's inductor (weights "
                        "frozen): cheaper steps after a compile of tens of seconds per forward shape (free: widths "
                        "1..k+1; pinned: k+1), done before timing starts. Overrides the card.")
+TREE = typer.Option(None, "--tree/--chain", help="Let a draft that can propose a token tree do so (prompt lookup: "
+                    "every earlier match merged; features: the likeliest other tokens beside the chain); the target "
+                    "verifies the tree in one forward and keeps its longest agreeing path. Free shapes. Overrides the card.")
 BATCH = typer.Option(1, "--batch", help="Decode N prompts together (one target forward verifies every row; "
                      "continuous batching over the prompts). 1 = one prompt after another.")
 

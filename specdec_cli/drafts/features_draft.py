@@ -48,6 +48,8 @@ class FeatureDraft(Draft):
     samples = True  # propose_sampled draws from its own warped distribution
     batches = False  # it reads the target's batch-1 hidden states
     reads_features = True  # the loop asks the target's forwards for their final hidden states
+    trees = True  # propose_tree: the greedy chain and, beside it, the likeliest other tokens
+    SIBLINGS = 3  # tokens ranked per depth for a tree: the chain's and 2 others
 
     def __init__(self, lm, block: FeatureBlock, vocab_ids: torch.Tensor, name: str = "features", meta: dict | None = None):
         self.lm, self.block, self.name, self.meta = lm, block, name, meta or {}
@@ -73,10 +75,19 @@ class FeatureDraft(Draft):
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
         return self._propose(tokens, k, None, None)[0]
 
+    def propose_tree(self, tokens: list[int], k: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+        """The greedy chain of k drafted tokens and, at each depth, the next SIBLINGS - 1 most
+        likely tokens as leaves beside it: the k nodes of the highest cumulative draft probability
+        (EAGLE-2's ranking; no extra block call: the siblings' logits are the chain's)."""
+        chain, _, logits = self._propose(tokens, k, None, None)
+        if not chain.shape[0]:
+            return chain, ()
+        return comb(chain, torch.stack(logits).float().log_softmax(-1), k, self.head.ids, self.SIBLINGS)
+
     def propose_sampled(self, tokens: list[int], k: int, warp, generator):
         """Tokens drawn from the draft's warped distribution q; q [d, V] over the target's
         vocabulary (zero outside the draft vocabulary)."""
-        proposal, q = self._propose(tokens, k, warp, generator)
+        proposal, q, _ = self._propose(tokens, k, warp, generator)
         if q is None or self.head.prefix:
             return proposal, q  # a prefix vocabulary: the loop pads q with zeros beyond it
         return proposal, q.new_zeros(q.shape[0], self.block.cfg.target_vocab).index_copy_(1, self.head.ids, q)
@@ -118,15 +129,16 @@ class FeatureDraft(Draft):
     def _propose(self, tokens: list[int], k: int, warp, generator):
         w = self.head.weight
         if k == 0 or not self.pending:
-            return torch.empty(0, dtype=torch.long, device=w.device), None
+            return torch.empty(0, dtype=torch.long, device=w.device), None, []
         feats, toks = torch.cat(self.pending), torch.cat(self.pending_tokens)  # the true pairs not yet cached
         self.pending, self.pending_tokens = [], []
         h = self.block.step(feats.to(w.dtype), self.embed(toks), self.cache)[-1:]  # [1, H]
         self.cache.length += feats.shape[0]  # only true pairs stay
         top = self.cache.length
-        out, qs = [], []
+        out, qs, rows = [], [], []
         for i in range(k):
             logits = self.head(h)[0]  # [N]
+            rows.append(logits)
             if warp is None:
                 row = logits.argmax()
             else:
@@ -139,7 +151,7 @@ class FeatureDraft(Draft):
                 self.cache.length += 1
         self.cache.length = top  # drop the speculative pairs: next round feeds true features
         self.forwards += k
-        return torch.cat(out), (torch.stack(qs) if qs else None)
+        return torch.cat(out), (torch.stack(qs) if qs else None), rows
 
     def _next(self, h, token, cache):
         """One drafted token (for timing): head, argmax, then the block on (h, token)."""
@@ -169,6 +181,29 @@ class FeatureDraft(Draft):
         self.begin([])
         self.pending = [self._scratch(tokens[:-1])]
         self.pending_tokens = [torch.tensor(tokens[1:], device=self.lm.device)]
+
+
+def comb(chain: torch.Tensor, logp: torch.Tensor, k: int, ids: torch.Tensor, width: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """(tokens, parents): the k nodes of highest cumulative log-probability among the chain's
+    tokens (chain [D], the draft's argmax at each depth; logp [D, N] its log-probabilities over
+    the draft vocabulary, `ids` mapping a row to a target id) and, at each depth, the next
+    width - 1 tokens beside it as leaves. A chain node scores at least its children do, so the
+    kept chain is a prefix and every kept leaf's parent is kept; it is laid out first (slots
+    1..c), the leaves after it (a leaf at depth j hangs on slot j)."""
+    top = logp.topk(min(width, logp.shape[1]), -1)
+    first = logp.argmax(-1)  # the rows the chain took (argmax's tie-break, not topk's)
+    picked = logp.gather(1, first[:, None])[:, 0].tolist()
+    values, rows, first = top.values.tolist(), top.indices.tolist(), first.tolist()  # to the host
+    nodes, run = [], 0.0  # (score, depth, rank, row): rank 0 is the chain's
+    for j in range(len(first)):
+        nodes += [(run + v, j, 1, r) for v, r in zip(values[j], rows[j]) if r != first[j]][: width - 1]
+        run += picked[j]
+        nodes.append((run, j, 0, first[j]))
+    kept = sorted(nodes, key=lambda n: (-n[0], n[1], n[2]))[:k]
+    depth = sum(1 for n in kept if n[2] == 0)
+    leaves = [n for n in kept if n[2] == 1]
+    tokens = torch.cat([chain[:depth], ids[torch.tensor([n[3] for n in leaves], dtype=torch.long, device=ids.device)]])
+    return tokens, tuple(range(depth)) + tuple(n[1] for n in leaves)
 
 
 def _sync(device: torch.device) -> None:

@@ -191,7 +191,7 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
                 predicted_tokens=expected, predicted_steps=steps, prefill_steps=profile.prefill(len(ids) - 1),
                 shapes=pair.shapes, pinned_greedy_wall_s=pinned_s if free else 0.0, free_greedy_wall_s=free_s,
                 greedy_form=pair.policy.form(1, pair.greedy_width(pair.card.k)), greedy_width=pair.greedy_width(pair.card.k),
-                compiled=pair.policy.compiled)
+                compiled=pair.policy.compiled, tree=pair.trees and c.draft.trees)
         if peer:
             for mode, mine, theirs in (("greedy", greedy, hf_greedy), ("assisted", ours, hf_assisted)):
                 yield PeerRow(scope="prompt", name=prompt.id, category=prompt.category, mode=mode,

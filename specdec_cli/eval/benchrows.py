@@ -45,6 +45,7 @@ class BenchRow:
     greedy_form: str = "linear"  # the matmul form the greedy steps took (kernels.py)
     greedy_width: int = 1  # the width the greedy steps ran at (pinned: W; free: padded where wider is cheaper)
     compiled: bool = False  # decoding.compile: decode forwards compiled (pinned: the plain greedy compiled at width 1)
+    tree: bool = False  # the draft proposed token trees (docs/trees.md); drafted counts their nodes
 
     @classmethod
     def from_run(cls, *, prompt, config, result, greedy_wall_s: float, wall_s: float, baseline_tokens: int,
@@ -52,7 +53,7 @@ class BenchRow:
         """One prompt's row: `prompt` (bench's Prompt: id, category), `config` (bench.Config: draft,
         k, agree, verify and draft costs), `result` (its first speculative run: the counters), the
         timings measured around it, and the forward settings in `timing` (prefill_steps, shapes,
-        pinned_greedy_wall_s, free_greedy_wall_s, greedy_form, greedy_width, compiled; defaults where not given)."""
+        pinned_greedy_wall_s, free_greedy_wall_s, greedy_form, greedy_width, compiled, tree; defaults where not given)."""
         s = result.stats
         return cls(scope="prompt", name=prompt.id, category=prompt.category, draft=config.draft.name, k=config.k,
                    agree=config.agree, prompts=1, tokens=s.tokens, verify_rounds=s.verify_rounds,

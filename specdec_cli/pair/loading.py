@@ -52,6 +52,21 @@ class Pair:
         (None: free shapes). Greedy and speculative runs compared with each other share it."""
         return k + 1 if self.policy.shapes == "pinned" else None
 
+    @property
+    def trees(self) -> bool:
+        """Whether speculative runs propose token trees: the card asks, the draft can, and the
+        shapes are free (under pinned shapes the loop keeps chains: docs/trees.md)."""
+        return self.card.tree and self.draft.trees and self.policy.shapes != "pinned"
+
+    @property
+    def tree_note(self) -> str:
+        """What the status line says of trees ('' when the card does not ask for them)."""
+        if not self.card.tree:
+            return ""
+        if not self.draft.trees:
+            return f" · tree: the {self.draft.name} draft proposes chains"
+        return " · tree" if self.trees else " · tree: chains under pinned shapes (not bitwise yet)"
+
     def greedy_width(self, k: int) -> int:
         """The width a plain step runs at: W under pinned shapes, else the cheapest the profile
         measured (padded; 1 until a profile says otherwise)."""
@@ -132,9 +147,9 @@ class Pair:
         self.prepare(k, draft)  # once: the cost profile (a no-op when it is there)
         if self.sampling.greedy:
             return speculative_decode(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos,
-                                      self.width(k), trace)
+                                      self.width(k), trace, self.card.tree)
         return speculative_sample(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos,
-                                  self.sampling, generator or self.generator(), prefix, self.width(k))
+                                  self.sampling, generator or self.generator(), prefix, self.width(k), self.card.tree)
 
     # -- sampling (temperature > 0) -------------------------------------------------------
     @property

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from typer.core import TyperCommand
 
 from specdec_cli.cards.card import load_card
-from specdec_cli.cli.options import (COMPILE, MATMULS, SHAPES, BATCH, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS,
+from specdec_cli.cli.options import (COMPILE, TREE, MATMULS, SHAPES, BATCH, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS,
     PROMPTS_FILE, TEMPERATURE, TOP_K, TOP_P)
 from specdec_cli.cli.app import app
 from specdec_cli.files import write_text_atomic
@@ -64,6 +64,7 @@ def bench(
     shapes: Optional[str] = SHAPES,
     matmuls: Optional[str] = MATMULS,
     compile: Optional[bool] = COMPILE,
+    tree: Optional[bool] = TREE,
     temperature: Optional[float] = TEMPERATURE,
     top_k: Optional[int] = TOP_K,
     top_p: Optional[float] = TOP_P,
@@ -101,7 +102,7 @@ def bench(
     if vs_transformers:
         peers.check_peer(load_card(card))  # before minutes of loading
     sampled = request.check_card(load_card(card))  # checked before the long load
-    pair = load(card, batch=batch_size, k=k, max_tokens=max_tokens, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, compile=compile, **request.sampling)
+    pair = load(card, batch=batch_size, k=k, max_tokens=max_tokens, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree, **request.sampling)
 
     c = pair.card
     peer = peers.transformers_peer(pair, c.k) if vs_transformers else None

@@ -26,5 +26,5 @@ def load(card_name: str, drafts: tuple = (), remeasure: bool = False, batch: int
         pair = load_pair(card)
     pair.remeasure = remeasure
     err.print(f"[dim]card {card.name}: target {card.target} · draft {pair.draft.name} · "
-              f"{pair.device} {pair.dtype_name}[/]", highlight=False)
+              f"{pair.device} {pair.dtype_name}{pair.tree_note}[/]", highlight=False)
     return pair

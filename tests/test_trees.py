@@ -1,0 +1,241 @@
+"""Token trees (loop/tree.py, engine/trees.py): the walk that keeps the target's path, the tree
+mask and positions in the KV cache, the moved K/V of an off-chain path, the drafts' trees
+(prompt lookup's trie, the features head's comb), and speculative decoding with trees equal to
+greedy token for token (batch 1 and 3) and to sampling in distribution."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdec_cli.drafts.features_draft import comb
+from specdec_cli.drafts.lookup_draft import PromptLookupDraft, trie
+from specdec_cli.engine.kvcache import KVCache, SerialCache
+from specdec_cli.engine.trees import ancestry, depths, layout
+from specdec_cli.errors import SpecdecError
+from specdec_cli.loop.decoding import decode_rows, greedy_decode, speculative_decode
+from specdec_cli.loop.protocol import Draft
+from specdec_cli.loop.sampling import Sampling, sample_decode, speculative_sample
+from specdec_cli.loop.tree import Proposal, walk
+from specdec_cli.eval.stattest import homogeneity
+
+from .conftest import parse_json_lines
+from .test_decoding import noisy_twins
+
+CPU = torch.device("cpu")
+TINY_LLAMA = Path(__file__).parents[1] / "cards/configs/tiny-llama.json"
+
+
+@pytest.fixture(scope="module")
+def twins():
+    torch.set_num_threads(1)
+    return noisy_twins(TINY_LLAMA, seed=1)
+
+
+# ---------------------------------------------------------------------------- the tree itself
+def test_depths_and_ancestry_of_a_small_tree():
+    parents = (0, 1, 0, 3, 1)  # slots 1..5: 1-2 a chain, 3-4 a branch off the root, 5 a sibling of 2
+    assert depths(parents) == [0, 1, 2, 1, 2, 2]
+    family = ancestry(parents)
+    assert family[4].nonzero().flatten().tolist() == [0, 3, 4]
+    assert family[5].nonzero().flatten().tolist() == [0, 1, 5]
+    depth, fam = layout([parents], 8, CPU)  # two padding slots continue from slot 5 as a chain
+    assert depth[0].tolist() == [0, 1, 2, 1, 2, 2, 3, 4]
+    assert fam[0, 7].nonzero().flatten().tolist() == [0, 1, 5, 6, 7]
+
+
+def test_walk_keeps_the_path_the_target_agrees_with():
+    """Tree: root -> a(1) -> b(2); root -> c(3) -> d(4); a -> e(5). The target's tokens after each
+    slot: after the root c, after c d, after d 9: the kept path is c, d (slots 3, 4) and 9."""
+    proposal = Proposal(torch.tensor([10, 11, 12, 13, 14]), parents=(0, 1, 0, 3, 1))
+    choice = torch.tensor([12, 0, 0, 13, 9, 0])  # [S]: the target's token after slot s
+    n, emitted, path = walk(choice, proposal)
+    assert int(n) == 2
+    assert path[:3].tolist() == [0, 3, 4]
+    assert emitted[:3].tolist() == [12, 13, 9]
+    n, emitted, path = walk(torch.tensor([7, 0, 0, 0, 0, 0]), proposal)  # nothing agrees: the target's token
+    assert (int(n), emitted[:1].tolist(), path[:1].tolist()) == (0, [7], [0])
+
+
+def test_a_chain_walks_as_the_leading_run():
+    chain = Proposal(torch.tensor([4, 5, 6]))
+    n, emitted, path = walk(torch.tensor([4, 5, 8, 1]), chain)
+    assert (int(n), emitted[:3].tolist(), path.tolist()) == (2, [4, 5, 8], [0, 1, 2, 3])
+
+
+# ---------------------------------------------------------------------------- the drafts' trees
+def test_prompt_lookup_trie_merges_every_match_best_first():
+    """`1 2 3` occurred three times, followed by 4 5, 9 9 and 4 7: 4 (twice) comes first, and of
+    4 5 and 4 7 the latest occurrence wins the tie; the best path is the first chain."""
+    seq = [1, 2, 3, 4, 5, 1, 2, 3, 9, 9, 1, 2, 3, 4, 7, 1, 2, 3]
+    assert trie(seq, 6, 3, 1) == ([4, 7, 1, 5, 9, 9], (0, 1, 2, 1, 0, 5))
+    assert trie(seq, 2, 3, 1) == ([4, 9], (0, 0))
+    assert trie([5, 6, 7], 4, 3, 1) == ([], ())
+    ids, parents = PromptLookupDraft(CPU).propose_tree(seq, 3)
+    assert (ids.tolist(), parents) == ([4, 7, 9], (0, 1, 0))  # equal scores: the shallower node first
+
+
+def test_features_comb_keeps_the_highest_cumulative_probabilities():
+    """Chain 5, 6 (the argmax at each depth); siblings ranked by cumulative log-probability: the
+    root's second choice (row 2, log 0.3) beats the chain's second token (0.6 * 0.5 = 0.3, tie:
+    shallower first) and 0.6 * 0.4 at depth 2."""
+    probs = torch.tensor([[0.6, 0.1, 0.3, 0.0], [0.05, 0.4, 0.5, 0.05]])
+    ids = torch.tensor([5, 7, 9, 6])  # draft row -> target id
+    chain = ids[probs.argmax(-1)]  # [5, 9]
+    tokens, parents = comb(chain, probs.log(), 3, ids, 3)
+    assert (tokens.tolist(), parents) == ([5, 9, 9], (0, 1, 0))  # 5 -> 9 the chain, 9 beside 5 at the root
+    tokens, parents = comb(chain, probs.log(), 4, ids, 3)
+    assert (tokens.tolist(), parents) == ([5, 9, 9, 7], (0, 1, 0, 1))
+
+
+# ---------------------------------------------------------------------------- the cache's tree mask
+def test_each_tree_slot_sees_its_path_as_a_plain_forward_would(twins):
+    """Every slot's logits in a tree forward equal the last logits of a plain forward over the
+    prompt and that slot's path (float32: to rounding)."""
+    target, _ = twins
+    prompt, parents, tokens = list(range(3, 15)), (0, 1, 0, 3, 1, 5), [40, 41, 42, 43, 44, 45]
+    cache = KVCache(target)
+    cache.add(prompt + [7])
+    logits = cache.forward(torch.tensor([[7] + tokens]), trees=[parents])[0]
+    family = ancestry(parents)
+    for s in range(len(tokens) + 1):
+        path = [([7] + tokens)[a] for a in family[s].nonzero().flatten().tolist()]
+        alone = KVCache(target)
+        alone.add(prompt + [path[0]])
+        want = alone.forward(torch.tensor([path]))[0, -1]
+        torch.testing.assert_close(logits[s], want, rtol=1e-4, atol=1e-4)  # a wrong mask or position is off by O(1)
+
+
+def test_an_off_chain_path_is_moved_into_place(twins):
+    """Keeping slots 0, 3, 4 moves their K/V to the row's next three columns: the next forward
+    then gives what a cache fed that path plainly gives."""
+    target, _ = twins
+    prompt, parents, tokens = list(range(20, 30)), (0, 1, 0, 3), [50, 51, 52, 53]
+    cache = KVCache(target)
+    cache.add(prompt + [8])
+    cache.forward(torch.tensor([[8] + tokens]), trees=[parents])
+    cache.keep([3], [[0, 3, 4, 0, 0]])
+    plain = KVCache(target)
+    plain.add(prompt + [8])
+    plain.forward(torch.tensor([[8, 52, 53]]))
+    plain.keep([3])
+    torch.testing.assert_close(cache.forward(torch.tensor([[60]])), plain.forward(torch.tensor([[60]])),
+                               rtol=1e-4, atol=1e-4)  # a wrong mask or position is off by O(1)
+
+
+def test_a_serial_cache_refuses_trees(twins):
+    target, _ = twins
+    with pytest.raises(SpecdecError, match="token trees need specdec's KV cache"):
+        SerialCache(target).forward(torch.tensor([[1, 2]]), trees=[(0,)])
+
+
+# ---------------------------------------------------------------------------- decoding with trees
+class Branchy(Draft):
+    """Knows the target's greedy output and proposes a tree whose first chain is wrong and whose
+    second branch holds the next `right` true tokens (then a wrong one): every round keeps an
+    off-chain path, so its K/V move."""
+
+    trees = True
+
+    def __init__(self, reference: list[int], prompt_len: int, vocab: int, right: int = 2):
+        self.reference, self.prompt_len, self.vocab, self.right = reference, prompt_len, vocab, right
+        self.offsets = []
+
+    def propose(self, tokens, k):
+        raise AssertionError("the loop asked a tree draft for a chain")
+
+    def propose_tree(self, tokens, k):
+        at = len(tokens) - self.prompt_len
+        true = self.reference[at : at + min(self.right, k - 1)]
+        if not true:
+            return torch.empty(0, dtype=torch.long), ()
+        ids = [(true[0] + 1) % self.vocab] + true  # slot 1: a wrong chain; slots 2..: the true branch
+        self.offsets.append(len(ids))
+        return torch.tensor(ids), (0, 0) + tuple(range(2, len(ids)))[: len(ids) - 2]
+
+
+def test_speculative_with_trees_equals_greedy_and_keeps_off_chain_paths(twins):
+    target, _ = twins
+    prompt = list(range(3, 15))
+    greedy = greedy_decode(target, prompt, 40, frozenset()).tokens
+    draft = Branchy(greedy, len(prompt), target.vocab_size)
+    result = speculative_decode(target, draft, prompt, 4, 40, frozenset(), trees=True)
+    assert result.tokens == greedy
+    assert sum(r.accepted == 2 for r in result.rounds) >= 10  # off-chain paths of two kept
+
+
+def test_trees_only_where_asked_and_where_the_forward_can_hold_them(twins):
+    """Without trees, or under pinned shapes (not bitwise off the first chain yet), the loop asks
+    for chains; the output is greedy's either way."""
+    target, _ = twins
+    prompt = list(range(30, 40)) + list(range(30, 36))
+    greedy = greedy_decode(target, prompt, 24, frozenset()).tokens
+    with pytest.raises(AssertionError, match="asked a tree draft for a chain"):
+        speculative_decode(target, Branchy(greedy, len(prompt), target.vocab_size), prompt, 4, 24, frozenset())
+    lookup = PromptLookupDraft(CPU)
+    assert speculative_decode(target, lookup, prompt, 4, 24, frozenset(), width=5, trees=True).tokens == \
+        greedy_decode(target, prompt, 24, frozenset(), width=5).tokens
+
+
+def test_rows_of_a_batch_with_trees_equal_their_greedy_outputs(twins):
+    target, _ = twins
+    prompts = [list(range(3, 15)) * 2, [7, 8, 7, 8, 7], list(range(20, 45)), [5, 6, 7, 5, 6]]
+    expected = [greedy_decode(target, p, 30, frozenset()).tokens for p in prompts]
+    got = dict(decode_rows(target, PromptLookupDraft(CPU), prompts, 6, 30, frozenset(), batch=3, trees=True))
+    assert [got[i].tokens for i in range(len(prompts))] == expected
+
+
+# ---------------------------------------------------------------------------- sampling with trees
+WARPED = Sampling(temperature=0.8, top_k=6)
+PROMPT = [3, 5, 7, 3, 5, 9, 3, 5, 7, 3, 5]  # `3 5` was followed by 7 and by 9: a two-branch trie
+
+
+def draws(target, tree: bool, n: int, seed: int) -> Counter:
+    g = torch.Generator().manual_seed(seed)
+    if tree:
+        return Counter(tuple(speculative_sample(target, PromptLookupDraft(CPU), PROMPT, 4, 2, frozenset(), WARPED, g,
+                                                trees=True).tokens) for _ in range(n))
+    return Counter(tuple(sample_decode(target, PROMPT, 2, frozenset(), WARPED, g).tokens) for _ in range(n))
+
+
+def test_sampling_with_trees_matches_plain_sampling(twins, monkeypatch):
+    """Two tokens drawn with a trie draft (siblings at the root) against plain sampling: the same
+    distribution (chi-square); a walk that follows the target's argmax instead of its draws fails."""
+    target, _ = twins
+    plain = draws(target, False, 1500, 1)
+    assert homogeneity(draws(target, True, 1500, 2), plain).p_value >= 1e-3
+    monkeypatch.setattr("specdec_cli.loop.sampling.sample", lambda probs, g: probs.argmax(-1))
+    assert homogeneity(draws(target, True, 300, 2), plain).p_value < 1e-6
+
+
+# ---------------------------------------------------------------------------- the card field and the CLI
+def lookup_card(write_card, **decoding):
+    from .test_pinned import LLAMA
+
+    return write_card({"description": "t", "target": f"random:{LLAMA}", "device": "cpu", "dtype": "float32",
+                       "draft": {"kind": "prompt-lookup", "schedule": "fixed"},
+                       "decoding": {"k": 4, "max_tokens": 24, "tree": True, **decoding}})
+
+
+def test_generate_with_trees_reports_them_and_equals_greedy(run, write_card, one_thread):
+    prompt = "ab cd ab ce ab cd ab cf ab"
+    r = run("generate", "-c", lookup_card(write_card), "--json", prompt)
+    assert r.exit_code == 0, r.stderr
+    out = parse_json_lines(r.stdout)[0]
+    assert (out["tree"], out["identical"]) == (True, True)
+    assert "· tree" in r.stderr
+    chain = parse_json_lines(run("generate", "-c", lookup_card(write_card), "--chain", "--json", prompt).stdout)[0]
+    assert (chain["tree"], chain["greedy"]["tokens"]) == (False, out["greedy"]["tokens"])
+    pinned = run("generate", "-c", lookup_card(write_card), "--shapes", "pinned", "--json", prompt)
+    assert pinned.exit_code == 0, pinned.stderr
+    assert parse_json_lines(pinned.stdout)[0]["tree"] is False
+    assert "tree: chains under pinned shapes" in pinned.stderr
+
+
+def test_a_bad_tree_field_is_one_error_line(run, write_card):
+    r = run("generate", "-c", lookup_card(write_card, tree="sometimes"), "ab")
+    assert r.exit_code == 2
+    assert r.stderr.count("Error:") == 1 and "decoding.tree" in r.stderr and "sometimes" in r.stderr
