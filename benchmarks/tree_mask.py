@@ -36,7 +36,8 @@ import sys
 import torch
 
 from specdec_cli.cards.card import load_card, override
-from specdec_cli.engine.kvcache import KVCache, _grouped_attention, to_device
+from specdec_cli.engine.attention import grouped_attention
+from specdec_cli.engine.kvcache import KVCache, to_device
 from specdec_cli.loop.decoding import greedy_decode
 from specdec_cli.pair.loading import load_pair
 
@@ -65,7 +66,7 @@ def tree_forward(cache: KVCache, ids: list[int], parents: list[int]) -> torch.Te
     visible = (column < length).expand(W, -1).clone()  # [W, columns]: the prefix...
     for s, seen in enumerate(ancestors):
         visible[s, [length + a for a in seen]] = True  # ...and the slot's own ancestors
-    with _grouped_attention(True):
+    with grouped_attention(True):
         logits = cache.lm.run(x, cache.cache, fixed=True, attention_mask=cache._mask(visible[None, None]),
                               position_ids=positions)
     return logits[0]

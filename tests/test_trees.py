@@ -14,6 +14,7 @@ import torch
 from specdec_cli.drafts.features_draft import comb
 from specdec_cli.drafts.lookup_draft import PromptLookupDraft, trie
 from specdec_cli.engine.kvcache import KVCache, SerialCache
+from specdec_cli.engine.models import HFLM
 from specdec_cli.engine.trees import ancestry, depths, layout
 from specdec_cli.errors import SpecdecError
 from specdec_cli.loop.decoding import decode_rows, greedy_decode, speculative_decode
@@ -231,11 +232,82 @@ def test_generate_with_trees_reports_them_and_equals_greedy(run, write_card, one
     assert (chain["tree"], chain["greedy"]["tokens"]) == (False, out["greedy"]["tokens"])
     pinned = run("generate", "-c", lookup_card(write_card), "--shapes", "pinned", "--json", prompt)
     assert pinned.exit_code == 0, pinned.stderr
-    assert parse_json_lines(pinned.stdout)[0]["tree"] is False
-    assert "tree: chains under pinned shapes" in pinned.stderr
+    assert parse_json_lines(pinned.stdout)[0]["tree"] is True  # sdpa on a CPU: detoured, bitwise
+    toy = run("generate", "-c", "toy", "--tree", "--json", "ba be")
+    assert toy.exit_code == 0 and "draft proposes chains" in toy.stderr, toy.stderr
+    assert parse_json_lines(toy.stdout)[0]["tree"] is False
 
 
 def test_a_bad_tree_field_is_one_error_line(run, write_card):
     r = run("generate", "-c", lookup_card(write_card, tree="sometimes"), "ab")
     assert r.exit_code == 2
     assert r.stderr.count("Error:") == 1 and "decoding.tree" in r.stderr and "sometimes" in r.stderr
+
+
+# ---------------------------------------------------------------------------- pinned shapes: bitwise
+@pytest.fixture(scope="module")
+def bf16_twins():
+    from .checkpoints import TWINS, twins as make_twins
+
+    torch.set_num_threads(1)
+    return {name: HFLM(make_twins(*TWINS[name])[0].to(torch.bfloat16)) for name in ("llama", "qwen2")}
+
+
+def logit_bits(result) -> list:
+    return [row.view(torch.int32).tolist() for row in result.logits]
+
+
+@pytest.mark.parametrize("shape", ["llama", "qwen2"])
+def test_pinned_trees_are_bitwise_plain_greedy_with_off_chain_paths(bf16_twins, shape, monkeypatch):
+    """bfloat16, pinned W = 5: every round keeps a path off the first chain, and the tokens and
+    every emitted token's logits are bitwise plain pinned greedy's (the detours: each off-chain
+    slot attends over a chain layout). Without the detours the logits part."""
+    target = bf16_twins[shape]
+    prompts = [list(range(3, 40)), list(range(50, 63)), [7, 8, 9] * 9]
+    for prompt in prompts:
+        greedy = greedy_decode(target, prompt, 32, frozenset(), width=5, trace=True)
+        draft = Branchy(greedy.tokens, len(prompt), target.vocab_size)
+        spec = speculative_decode(target, draft, prompt, 4, 32, frozenset(), width=5, trace=True, trees=True)
+        assert spec.tokens == greedy.tokens
+        assert sum(r.accepted == 2 for r in spec.rounds) >= 8
+        assert logit_bits(spec) == logit_bits(greedy)
+
+
+def test_pinned_tree_rows_of_a_batch_are_bitwise_their_greedy_outputs(bf16_twins):
+    target = bf16_twins["llama"]
+    prompts = [list(range(3, 40)), [7, 8, 7, 8, 7, 8, 9, 7, 8], list(range(20, 45)), [5, 6, 7, 5, 6, 8, 5, 6]]
+    expected = {i: greedy_decode(target, p, 24, frozenset(), width=7, trace=True) for i, p in enumerate(prompts)}
+    got = dict(decode_rows(target, PromptLookupDraft(CPU), prompts, 6, 24, frozenset(), batch=3, width=7,
+                           trace=True, trees=True))
+    for i in range(len(prompts)):
+        assert got[i].tokens == expected[i].tokens
+        assert logit_bits(got[i]) == logit_bits(expected[i])
+
+
+@pytest.fixture(scope="module")
+def smollm2_bf16():
+    from specdec_cli.cards.card import load_card, override
+    from specdec_cli.pair.loading import load_pair
+
+    return load_pair(override(load_card("smollm2"), dtype="bfloat16", shapes="pinned"))
+
+
+def test_pinned_trees_on_smollm2_need_their_detours(smollm2_bf16, one_thread, monkeypatch):
+    """SmolLM2 in bfloat16, pinned W = 5, off-chain paths kept every round: bitwise plain greedy
+    (tokens and logits). With each off-chain slot attending where its ancestors sit instead
+    (no detours), the logits part from greedy's: the tiny models above cannot show it, this one does."""
+    pair = smollm2_bf16
+    target = pair.target
+
+    def check(text: str) -> bool:
+        prompt = pair.encode(text, 32)
+        greedy = greedy_decode(target, prompt, 32, frozenset(), width=5, trace=True)
+        spec = speculative_decode(target, Branchy(greedy.tokens, len(prompt), target.vocab_size), prompt, 4, 32,
+                                  frozenset(), width=5, trace=True, trees=True)
+        assert sum(r.accepted == 2 for r in spec.rounds) >= 8
+        return spec.tokens == greedy.tokens and logit_bits(spec) == logit_bits(greedy)
+
+    texts = ["Explain what a hash table is.", "Write a haiku about autumn rain."]
+    assert all(check(t) for t in texts)
+    monkeypatch.setattr("specdec_cli.engine.attention._detoured", lambda out, *args: out)
+    assert not all(check(t) for t in texts)

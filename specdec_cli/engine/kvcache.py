@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import copy
 import weakref
-from contextlib import contextmanager
 
 import torch
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from specdec_cli.errors import SpecdecError
+from specdec_cli.engine.attention import Detour, grouped_attention
 from specdec_cli.engine.trees import layout
 
 PAD = 0  # the id that fills a pinned forward's unused slots (any id will do: its outputs are dropped)
@@ -217,8 +216,10 @@ class KVCache:
     @property
     def trees(self) -> bool:
         """Whether a forward may hold token trees (engine/trees.py): not in sliding-window layers,
-        whose window counts columns, where a tree slot's position is its depth."""
-        return self.sliding is None
+        whose window counts columns, where a tree slot's position is its depth; under pinned
+        shapes only where attention.grouped_attention runs (sdpa on a CPU), which gives a slot
+        off the first chain the K/V layout a chain would (Detour: bitwise a plain step)."""
+        return self.sliding is None and (self.width is None or pinned_trees(self.lm))
 
     def forward(self, ids: torch.Tensor, features: bool = False, trees: list | None = None):
         """ids [B, S] -> logits [B, S, V]: each row's S positions at its own columns (pinned: fed
@@ -241,29 +242,37 @@ class KVCache:
         self._reserve(len(lengths), max(lengths) + fed)
         self.at = positions[:, None, :, None]  # [B, 1, S, 1]: where each new position is written
         column = torch.arange(self.columns, device=ids.device)
+        detours = []
         if trees is None or not any(trees):
             visible = column <= self.at  # [B, 1, S, columns]
         else:
-            positions, visible = self._tree(trees, start, column, fed)
+            positions, visible, detours = self._tree(trees, lengths, start, column, fed)
         mask = self._mask(visible)
         if self.sliding:  # a sliding layer sees only the last `window` columns
             window = self._mask(visible & (column > self.at - self.window))
             mask = {"full_attention": mask, "sliding_attention": window} if self.sliding == "mixed" else window
-        with _grouped_attention(ids.device.type == "cpu"):
+        with grouped_attention(ids.device.type == "cpu", detours):
             out = self.lm.run(ids, self.cache, fixed=self.fixed, features=features,
                               attention_mask=mask, position_ids=positions)
         return (out[0][:b, :s], out[1][:b, :s]) if features else out[:b, :s]
 
-    def _tree(self, trees: list, start: torch.Tensor, column: torch.Tensor, fed: int):
-        """(positions [B, S], visible [B, 1, S, columns]) when rows hold token trees: each row's
-        columns before `start`, then the slots family marks (itself and its ancestors)."""
+    def _tree(self, trees: list, lengths: list[int], start: torch.Tensor, column: torch.Tensor, fed: int):
+        """(positions [B, S], visible [B, 1, S, columns], detours) when rows hold token trees: each
+        row's columns before `start`, then the slots family marks (itself and its ancestors).
+        Pinned: a Detour for every slot off its row's first chain (attention.py: bitwise)."""
         if not self.trees:
-            raise SpecdecError("token trees: a sliding-window layer counts its window in columns; trees need positions")
-        depth, family = layout(list(trees) + [None] * (start.shape[0] - len(trees)), fed, start.device)
+            raise SpecdecError("token trees need a transformers target without sliding-window layers, and under "
+                               "pinned shapes sdpa attention on a CPU")
+        depth, family = layout(list(trees) + [None] * (len(lengths) - len(trees)), fed)
+        detours = [] if self.width is None else [
+            Detour.of(row, slot, [n + a for a in family[row, slot].nonzero().flatten().tolist()], n, start.device)
+            for row, (n, parents) in enumerate(zip(lengths, trees)) for slot in range(1, len(parents or ()) + 1)
+            if not family[row, slot, : int(depth[row, slot]) + 1].all()]  # its ancestors are not slots 0..depth
+        depth, family = depth.to(start.device), family.to(start.device)
         rel = column - start  # [B, columns]: the column's slot in this forward (< 0: the prefix)
         inside = family.gather(2, rel.clamp(0, fed - 1)[:, None, :].expand(-1, fed, -1))  # [B, S, columns]
         visible = (rel < 0)[:, None, :] | (inside & (rel < fed)[:, None, :])
-        return start + depth, visible[:, None]
+        return start + depth, visible[:, None], detours
 
     def _mask(self, visible: torch.Tensor) -> torch.Tensor:
         if self.attention != "eager":
@@ -298,6 +307,14 @@ def _probe(lm):
     return _PROBES[lm][1]
 
 
+def pinned_trees(lm) -> bool:
+    """Whether token trees stay bitwise under pinned shapes for this target: its attention is
+    sdpa on a CPU, where attention.grouped_attention detours off-chain slots (not a GPU's fused
+    kernels, not eager attention)."""
+    return getattr(lm, "config", None) is not None and lm.config._attn_implementation == "sdpa" \
+        and lm.device.type == "cpu"
+
+
 def unsupported(lm) -> str | None:
     """Why KVCache cannot hold this transformers model's cache (None: it can)."""
     attention = lm.config._attn_implementation
@@ -329,35 +346,3 @@ def cache_for(target, card_name: str = "the target", rows: int = 1, width: int |
     if features and rows > 1:
         raise SpecdecError("--batch: a features draft reads the target's batch-1 hidden states; use --batch 1")
     return KVCache(target, card_name, rows, width, capacity)
-
-
-@contextmanager
-def _grouped_attention(on: bool):
-    """transformers' sdpa, given a mask and S > 1 queries, copies K and V once per query head
-    (repeat_kv). Here each key/value head's G query heads ride in the query dimension instead
-    ([B, H, S, D] -> [B, KV, G*S, D], the mask repeated to match), as transformers' own
-    pack_gqa does for one query: the cache is read in place, by one plain sdpa call per layer
-    (docs/kernels.md has the timings). Not on a GPU, where sdpa's fused kernels take GQA with
-    a mask their own way."""
-    if not on:
-        yield
-        return
-    plain = ALL_ATTENTION_FUNCTIONS["sdpa"]
-
-    def grouped(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-        if attention_mask is None or attention_mask.dtype != torch.bool or kwargs.get("softcap") is not None:
-            return plain(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-        b, h, s, d = query.shape  # query [B, H, S, D]; key, value [B, KV, width, D]; mask [B, 1, S, width]
-        g = h // key.shape[1]  # head h = kv * g + j (repeat_kv's order) -> row j * S + s of head kv
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query.reshape(b, h // g, g * s, d), key, value, attn_mask=attention_mask.repeat(1, 1, g, 1),
-            dropout_p=dropout, scale=scaling)
-        return out.view(b, h, s, d).transpose(1, 2).contiguous(), None  # [B, S, H, D], as transformers' sdpa
-
-    ALL_ATTENTION_FUNCTIONS["sdpa"] = grouped  # a local override of the shared registry...
-    try:
-        yield
-    finally:
-        del ALL_ATTENTION_FUNCTIONS["sdpa"]  # ...dropped, so the library-wide entry shows through again
-        if ALL_ATTENTION_FUNCTIONS["sdpa"] is not plain:  # someone else's local override was there before
-            ALL_ATTENTION_FUNCTIONS["sdpa"] = plain

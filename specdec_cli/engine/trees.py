@@ -31,10 +31,11 @@ def ancestry(parents: tuple[int, ...]) -> torch.Tensor:
     return rows
 
 
-def layout(rows: list[tuple[int, ...] | None], fed: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def layout(rows: list[tuple[int, ...] | None], fed: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """(depth [B, fed], family [B, fed, fed]) for a forward of `fed` slots per row: rows[i] is
     row i's tree (None, or rows past the list: a chain); slots past a tree (padding) continue it
-    as a chain from its last slot, so they see it all and their outputs are dropped anyway."""
+    as a chain from its last slot, so they see it all and their outputs are dropped anyway.
+    Every row of `rows` is given (None for a chain)."""
     depth, family = [], []
     for parents in rows:
         parents = tuple(parents or ())

@@ -194,7 +194,7 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
     (cost schedule) chooses each round's d for the batch. `width` W pins every forward to
     [batch, W] (None: free shapes); `prefix`: a cache holding the prompt's prefill, copied
     (many sampling draws of one prompt); `trace` keeps each emitted token's logits row;
-    `trees`: a draft that can propose token trees (tree_shapes says where they run)."""
+    `trees`: a draft that can propose token trees does, where the cache can hold them (KVCache.trees)."""
     width = width if width is None else max(width, k + 1)
     capacity = capacity_for(target, max(map(len, prompts), default=1) + max_tokens + (width or 0))
     features = draft.reads_features  # the draft drafts from the target's hidden states (batch 1)
@@ -214,7 +214,7 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
                 r.stats.target_forwards = cache.add(prompt, prefix)
                 r.draft.begin(prompt)
             live.append(r)
-        round_(cache, live, k, max_tokens, eos, lengths, timed, trees and tree_shapes(cache, width))
+        round_(cache, live, k, max_tokens, eos, lengths, timed, trees and cache.trees)
         for r in live:
             if r.done:
                 yield r.index, r.result(target.device)
@@ -222,13 +222,6 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
         if len(stay) < len(live):
             cache.select(stay)
             live = [live[i] for i in stay]
-
-
-def tree_shapes(cache, width: int | None) -> bool:
-    """Whether this loop's forwards can hold token trees: specdec's KV cache, free shapes. Under
-    pinned shapes a tree slot off the first chain reads its ancestors at other columns than a
-    plain step would, so its logits are not bitwise a plain step's (docs/trees.md): chains there."""
-    return cache.trees and width is None
 
 
 def decode(target, draft, prompt: list[int], k: int, max_tokens: int, eos: frozenset[int],

@@ -31,7 +31,7 @@ gives each capability its default, and a draft overrides the ones it has.
     trees            it can propose a token tree, `propose_tree(tokens, k) -> (tokens [d],
                      parents)` with d <= k (loop/tree.py: each token's parent slot, the most
                      likely chain first), deterministic at any temperature; the loop asks for
-                     one where its forwards can hold trees (decoding.tree_shapes)
+                     one where its forwards can hold trees (KVCache.trees)
     observe_verify(width, seconds, context)  what a verify just cost (at batch 1; the cost
                      schedule learns from it; default: nothing)
     context_key(tokens, k)  a small int the schedule conditions acceptance on (default 0;

@@ -20,7 +20,7 @@ from specdec_cli.drafts import Draft
 from specdec_cli.errors import SpecdecError
 from specdec_cli.drafts.registry import get as draft_kind
 from specdec_cli.engine.models import HFLM, ModelRef, load, model_ref, resolve_device, resolve_dtype, resolve_shapes
-from specdec_cli.engine.kvcache import unsupported
+from specdec_cli.engine.kvcache import pinned_trees, unsupported
 from specdec_cli.loop.sampling import Sampling, sample_decode, speculative_sample
 from specdec_cli.loop.schedule import Cost, Heuristic, Scheduled
 from specdec_cli.engine.toy_model import ToyLM
@@ -55,8 +55,10 @@ class Pair:
     @property
     def trees(self) -> bool:
         """Whether speculative runs propose token trees: the card asks, the draft can, and the
-        shapes are free (under pinned shapes the loop keeps chains: docs/trees.md)."""
-        return self.card.tree and self.draft.trees and self.policy.shapes != "pinned"
+        shapes are free or the target's pinned forwards keep trees bitwise (kvcache.pinned_trees:
+        sdpa on a CPU; elsewhere the loop keeps chains: docs/trees.md)."""
+        return (self.card.tree and self.draft.trees and isinstance(self.target, HFLM)
+                and (self.policy.shapes != "pinned" or pinned_trees(self.target)))
 
     @property
     def tree_note(self) -> str:
@@ -65,7 +67,9 @@ class Pair:
             return ""
         if not self.draft.trees:
             return f" · tree: the {self.draft.name} draft proposes chains"
-        return " · tree" if self.trees else " · tree: chains under pinned shapes (not bitwise yet)"
+        if not isinstance(self.target, HFLM):
+            return " · tree: chains (trees need a transformers target)"
+        return " · tree" if self.trees else " · tree: chains (pinned shapes keep trees bitwise only with sdpa on a CPU)"
 
     def greedy_width(self, k: int) -> int:
         """The width a plain step runs at: W under pinned shapes, else the cheapest the profile

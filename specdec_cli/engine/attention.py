@@ -1,0 +1,93 @@
+"""The attention the KV cache runs on a CPU (`grouped_attention`): grouped-query sdpa reading the
+cache in place, and, under pinned shapes, the detours that keep token trees bitwise exact.
+
+A pinned forward is bitwise a plain step's only if each query sees its keys at the columns a
+plain step would give them: sdpa's sums over a query's keys run in an order set by their columns.
+A tree slot off the first chain has its ancestors at other columns (slot s at length + s, not at
+length + depth), so its logits would differ in the last bits (benchmarks/tree_mask.py measured
+3 of 15). A `Detour` gives such a slot its own copy of the row's K/V with its ancestors moved to
+columns length .. length + depth, as a chain would hold them, and recomputes its attention there
+in one more sdpa call per layer (a batch of the detoured slots): the same kernel, the same shapes,
+the same columns as the plain step that would decode its token.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+
+@dataclass(frozen=True)
+class Detour:
+    """One tree slot whose attention runs over a chain layout: row `row`'s keys with columns
+    `path` (its ancestors, then itself) copied to length .. length + depth, seen up to `last`."""
+
+    row: int
+    slot: int
+    path: torch.Tensor  # [depth + 1] the columns its path sits at now
+    chain: torch.Tensor  # [depth + 1] the columns a chain would hold it at
+    last: int  # length + depth: the last column the slot sees
+
+    @classmethod
+    def of(cls, row: int, slot: int, path: list[int], length: int, device) -> Detour:
+        chain = list(range(length, length + len(path)))
+        return cls(row, slot, torch.tensor(path, device=device), torch.tensor(chain, device=device), chain[-1])
+
+
+def _sdpa(query, key, value, mask, g, dropout, scaling):
+    """query [B, H, S, D] over key, value [B, KV, width, D] with each KV head's G query heads in
+    the query dimension (head h = kv * g + j, repeat_kv's order -> row j * S + s of head kv):
+    [B, H, S, D] out."""
+    b, h, s, d = query.shape
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.reshape(b, h // g, g * s, d), key, value, attn_mask=mask.repeat(1, 1, g, 1), dropout_p=dropout, scale=scaling)
+    return out.view(b, h, s, d)
+
+
+def _detoured(out, query, key, value, mask, g, dropout, scaling, detours: list[Detour]) -> torch.Tensor:
+    """`out` with each detoured slot's rows recomputed over its chain layout (module doc)."""
+    rows = [t.row for t in detours]
+    keys, values = key[rows].clone(), value[rows].clone()  # [n, KV, width, D]: one copy per slot
+    for i, t in enumerate(detours):
+        keys[i, :, t.chain], values[i, :, t.chain] = key[t.row, :, t.path], value[t.row, :, t.path]
+    column = torch.arange(key.shape[2], device=key.device)
+    seen = torch.stack([column <= t.last for t in detours])[:, None, None, :].expand(-1, 1, mask.shape[2], -1)
+    again = _sdpa(query[rows], keys, values, seen, g, dropout, scaling)  # [n, H, S, D]
+    out = out.clone()
+    for i, t in enumerate(detours):
+        out[t.row, :, t.slot] = again[i, :, t.slot]
+    return out
+
+
+@contextmanager
+def grouped_attention(on: bool, detours: list[Detour] = ()):
+    """transformers' sdpa, given a mask and S > 1 queries, copies K and V once per query head
+    (repeat_kv). Here each key/value head's G query heads ride in the query dimension instead
+    ([B, H, S, D] -> [B, KV, G*S, D], the mask repeated to match), as transformers' own
+    pack_gqa does for one query: the cache is read in place, by one plain sdpa call per layer
+    (docs/kernels.md has the timings); `detours` (pinned trees) recompute their slots. Not on a
+    GPU, where sdpa's fused kernels take GQA with a mask their own way."""
+    if not on:
+        yield
+        return
+    plain = ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+    def grouped(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        if attention_mask is None or attention_mask.dtype != torch.bool or kwargs.get("softcap") is not None:
+            return plain(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        g = query.shape[1] // key.shape[1]
+        out = _sdpa(query, key, value, attention_mask, g, dropout, scaling)  # [B, H, S, D]
+        if detours:
+            out = _detoured(out, query, key, value, attention_mask, g, dropout, scaling, detours)
+        return out.transpose(1, 2).contiguous(), None  # [B, S, H, D], as transformers' sdpa
+
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = grouped  # a local override of the shared registry...
+    try:
+        yield
+    finally:
+        del ALL_ATTENTION_FUNCTIONS["sdpa"]  # ...dropped, so the library-wide entry shows through again
+        if ALL_ATTENTION_FUNCTIONS["sdpa"] is not plain:  # someone else's local override was there before
+            ALL_ATTENTION_FUNCTIONS["sdpa"] = plain
