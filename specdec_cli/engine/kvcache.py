@@ -287,7 +287,7 @@ class KVCache:
         for i, (n, path) in enumerate(zip(self.lengths, paths or [])):
             slots = path[: kept[i]]
             if slots != list(range(len(slots))):
-                src, dst = (to_device([n + j for j in cols], self.lm.device) for cols in (slots, range(len(slots))))
+                src, dst = [n + j for j in slots], list(range(n, n + len(slots)))  # host lists: any layer's device
                 for layer in self.cache.layers:
                     layer.keys[i, :, dst], layer.values[i, :, dst] = layer.keys[i, :, src], layer.values[i, :, src]
         self.lengths = [n + k for n, k in zip(self.lengths, kept)]
@@ -310,9 +310,9 @@ def _probe(lm):
 def pinned_trees(lm) -> bool:
     """Whether token trees stay bitwise under pinned shapes for this target: its attention is
     sdpa on a CPU, where attention.grouped_attention detours off-chain slots (not a GPU's fused
-    kernels, not eager attention)."""
+    kernels, not eager attention, not a compiled forward, whose graph holds no detour)."""
     return getattr(lm, "config", None) is not None and lm.config._attn_implementation == "sdpa" \
-        and lm.device.type == "cpu"
+        and lm.device.type == "cpu" and not lm.compiled
 
 
 def unsupported(lm) -> str | None:

@@ -69,7 +69,7 @@ class Pair:
             return f" · tree: the {self.draft.name} draft proposes chains"
         if not isinstance(self.target, HFLM):
             return " · tree: chains (trees need a transformers target)"
-        return " · tree" if self.trees else " · tree: chains (pinned shapes keep trees bitwise only with sdpa on a CPU)"
+        return " · tree" if self.trees else " · tree: chains (pinned shapes keep trees bitwise only with sdpa on a CPU, not compiled)"
 
     def greedy_width(self, k: int) -> int:
         """The width a plain step runs at: W under pinned shapes, else the cheapest the profile
@@ -145,15 +145,18 @@ class Pair:
         return self.greedy_at[key]
 
     def spec(self, prompt_ids: list[int], k: int, max_tokens: int, draft: Draft | None = None,
-             generator: torch.Generator | None = None, prefix=None, trace: bool = False) -> Result:
+             generator: torch.Generator | None = None, prefix=None, trace: bool = False,
+             trees: bool | None = None) -> Result:
         """Speculative greedy at temperature 0, else speculative sampling (a fresh generator
-        seeded from the card unless one is given; `prefix`: see prefill)."""
+        seeded from the card unless one is given; `prefix`: see prefill; `trees`: token trees
+        or chains, None: as the card says)."""
+        trees = self.card.tree if trees is None else trees
         self.prepare(k, draft)  # once: the cost profile (a no-op when it is there)
         if self.sampling.greedy:
             return speculative_decode(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos,
-                                      self.width(k), trace, self.card.tree)
+                                      self.width(k), trace, trees)
         return speculative_sample(self.target, draft or self.draft, prompt_ids, k, max_tokens, self.eos,
-                                  self.sampling, generator or self.generator(), prefix, self.width(k), self.card.tree)
+                                  self.sampling, generator or self.generator(), prefix, self.width(k), trees)
 
     # -- sampling (temperature > 0) -------------------------------------------------------
     @property
