@@ -166,6 +166,8 @@ def test_speculative_with_trees_equals_greedy_and_keeps_off_chain_paths(twins):
     result = speculative_decode(target, draft, prompt, 4, 40, frozenset(), trees=True)
     assert result.tokens == greedy
     assert sum(r.accepted == 2 for r in result.rounds) >= 10  # off-chain paths of two kept
+    assert {(r.drafted, r.depth) for r in result.rounds if r.drafted == 3} == {(3, 2)}  # 3 nodes, 2 deep
+    assert len(result.stats.drafted_at) == 2  # acceptance by position counts a tree's depth, not its nodes
 
 
 def test_trees_only_where_asked_and_where_the_forward_can_hold_them(twins):
@@ -228,8 +230,10 @@ def test_generate_with_trees_reports_them_and_equals_greedy(run, write_card, one
     out = parse_json_lines(r.stdout)[0]
     assert (out["tree"], out["identical"]) == (True, True)
     assert "· tree" in r.stderr
+    assert all("depth" in x for x in out["spec"]["rounds"] if x["drafted"]) and out["spec"]["rounds"]
     chain = parse_json_lines(run("generate", "-c", lookup_card(write_card), "--chain", "--json", prompt).stdout)[0]
     assert (chain["tree"], chain["greedy"]["tokens"]) == (False, out["greedy"]["tokens"])
+    assert not any("depth" in x for x in chain["spec"]["rounds"])
     pinned = run("generate", "-c", lookup_card(write_card), "--shapes", "pinned", "--json", prompt)
     assert pinned.exit_code == 0, pinned.stderr
     assert parse_json_lines(pinned.stdout)[0]["tree"] is True  # sdpa on a CPU: detoured, bitwise
@@ -311,3 +315,13 @@ def test_pinned_trees_on_smollm2_need_their_detours(smollm2_bf16, one_thread, mo
     assert all(check(t) for t in texts)
     monkeypatch.setattr("specdec_cli.engine.attention._detoured", lambda out, *args: out)
     assert not all(check(t) for t in texts)
+
+
+def test_bench_sets_the_tree_beside_the_chain(run, write_card, one_thread):
+    """A card that asks for trees gets its draft benched both ways: a chain row and a tree row per
+    category, each identical to greedy, with tokens per round for each."""
+    r = run("bench", "-c", lookup_card(write_card), "-r", "1", "--limit", "1", "-n", "12", "--json")
+    assert r.exit_code == 0, r.stderr
+    rows = [row for row in parse_json_lines(r.stdout) if row.get("row") == "bench" and row["scope"] == "all"]
+    assert sorted((row["draft"].endswith(" tree"), row["tree"]) for row in rows) == [(False, False), (True, True)]
+    assert all(row["identical"] and row["tokens_per_round"] >= 1 for row in rows)

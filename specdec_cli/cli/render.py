@@ -25,7 +25,8 @@ def fmt(value, spec: str = ".2f", none: str = "-") -> str:
 def result_json(result: Result, tokenizer, rounds: bool) -> dict:
     out = {"tokens": result.tokens, "text": tokenizer.decode(result.tokens), "metrics": result.stats.as_dict()}
     if rounds:
-        out["rounds"] = [{"drafted": r.drafted, "accepted": r.accepted, "emitted": r.emitted} for r in result.rounds]
+        out["rounds"] = [{"drafted": r.drafted, "accepted": r.accepted, "emitted": r.emitted,
+                          **({"depth": r.depth} if r.depth is not None else {})} for r in result.rounds]
     return out
 
 
@@ -84,12 +85,14 @@ def colored_text(result: Result, tokenizer) -> Text:
 
 def rounds_table(result: Result, tokenizer) -> Table:
     table = Table(title="Rounds", title_justify="left")
-    for col in ("round", "drafted", "accepted", "emitted", "text"):
+    tree = any(r.depth is not None for r in result.rounds)  # a token tree: its depth beside its nodes
+    for col in ("round", "drafted", *(["depth"] if tree else []), "accepted", "emitted", "text"):
         table.add_column(col, justify="right" if col != "text" else "left")
     i = 0
     for n, r in enumerate(result.rounds, 1):
         piece = tokenizer.decode(result.tokens[i : i + r.emitted])
-        table.add_row(str(n), str(r.drafted), str(r.accepted), str(r.emitted), repr(piece)[1:-1])
+        depth = [fmt(r.depth, "d")] if tree else []
+        table.add_row(str(n), str(r.drafted), *depth, str(r.accepted), str(r.emitted), repr(piece)[1:-1])
         i += r.emitted
     return table
 

@@ -78,12 +78,14 @@ class Config:
     verify_cost: float = 0.0  # v: one (k+1)-token target forward / one 1-token step (probed)
     draft_cost: float = 0.0  # c: one draft step / one target step (probed, or simulated)
     simulated: bool = False  # draft_cost is --draft-cost, not a measurement
+    tree: bool = False  # the draft proposes token trees (docs/trees.md)
 
 
 def configs(pair: Pair, ks: list[int], agrees: list[float] | None, seed: int = 0,
             draft_cost: float | None = None) -> list[Config]:
     """The configurations of a run: the synthetic draft at every (agreement, k) when sweeping
-    agreement, then the card's own draft at every k (the extra row at its measured rate)."""
+    agreement, then the card's own draft at every k (the extra row at its measured rate): as a
+    chain, and when the run proposes trees (Pair.trees) as a tree too, so the two sit side by side."""
     out = []
     for a in agrees or []:
         for k in ks:
@@ -91,7 +93,7 @@ def configs(pair: Pair, ks: list[int], agrees: list[float] | None, seed: int = 0
             if draft_cost is not None:
                 draft = SimulatedCost(draft, draft_cost)
             out.append(Config(draft, k, agree=a, draft_cost=draft_cost or 0.0, simulated=draft_cost is not None))
-    return out + [Config(pair.draft, k) for k in ks]
+    return out + [Config(pair.draft, k, tree=tree) for k in ks for tree in ((False, True) if pair.trees else (False,))]
 
 
 # ---------------------------------------------------------------------------- costs
@@ -141,7 +143,7 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
     short = min(max_tokens, WARMUP_TOKENS)
     baseline(encoded[0], short)
     for c in configs:
-        pair.spec(encoded[0], c.k, short, c.draft)
+        pair.spec(encoded[0], c.k, short, c.draft, trees=c.tree)
     if peer:
         pair.spec(encoded[0], peer.k, short, peer.draft)
         hf_generate(pair, encoded[0], short)
@@ -165,8 +167,8 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
                 free.append(pair.greedy(ids, max_tokens, free=True))
                 tick(0, f"{where}: {'width-1' if pair.policy.compiled else 'free-shape'} greedy")
             for i, c in enumerate(configs):
-                spec[i].append(pair.spec(ids, c.k, max_tokens, c.draft))
-                tick(1, f"{where}: {c.draft.name} k={c.k}")
+                spec[i].append(pair.spec(ids, c.k, max_tokens, c.draft, trees=c.tree))
+                tick(1, f"{where}: {c.draft.name}{' tree' if c.tree else ''} k={c.k}")
             if peer:
                 ours.append(spec[shared][-1] if shared is not None else pair.spec(ids, peer.k, max_tokens, peer.draft))
                 tick(1, f"{where}: {peer.label} k={peer.k} (ours, card schedule)")
@@ -191,7 +193,7 @@ def run(pair: Pair, prompts: list[Prompt], configs: list[Config], max_tokens: in
                 predicted_tokens=expected, predicted_steps=steps, prefill_steps=profile.prefill(len(ids) - 1),
                 shapes=pair.shapes, pinned_greedy_wall_s=pinned_s if free else 0.0, free_greedy_wall_s=free_s,
                 greedy_form=pair.policy.form(1, pair.greedy_width(pair.card.k)), greedy_width=pair.greedy_width(pair.card.k),
-                compiled=pair.policy.compiled, tree=pair.trees and c.draft.trees)
+                compiled=pair.policy.compiled, tree=c.tree)
         if peer:
             for mode, mine, theirs in (("greedy", greedy, hf_greedy), ("assisted", ours, hf_assisted)):
                 yield PeerRow(scope="prompt", name=prompt.id, category=prompt.category, mode=mode,

@@ -55,10 +55,11 @@ class BenchRow:
         timings measured around it, and the forward settings in `timing` (prefill_steps, shapes,
         pinned_greedy_wall_s, free_greedy_wall_s, greedy_form, greedy_width, compiled, tree; defaults where not given)."""
         s = result.stats
-        return cls(scope="prompt", name=prompt.id, category=prompt.category, draft=config.draft.name, k=config.k,
+        draft = f"{config.draft.name} tree" if config.tree else config.draft.name  # a row apart from the chain's
+        return cls(scope="prompt", name=prompt.id, category=prompt.category, draft=draft, k=config.k,
                    agree=config.agree, prompts=1, tokens=s.tokens, verify_rounds=s.verify_rounds,
                    target_forwards=s.target_forwards, draft_forwards=s.draft_forwards, drafted=s.drafted,
-                   accepted=s.accepted, rejected_rounds=sum(r.accepted < r.drafted for r in result.rounds),
+                   accepted=s.accepted, rejected_rounds=sum(r.accepted < r.positions for r in result.rounds),
                    greedy_wall_s=greedy_wall_s, wall_s=wall_s, baseline_tokens=baseline_tokens, identical=identical,
                    verify_cost=config.verify_cost, draft_cost=config.draft_cost, draft_cost_simulated=config.simulated,
                    predicted_tokens=predicted_tokens, predicted_steps=predicted_steps, **timing)

@@ -178,7 +178,7 @@ def round_(cache, live: list[Request], k: int, max_tokens: int, eos: frozenset[i
         r.tokens += new
         r.out += new
         r.draft.update(r.tokens, n, fresh, None if hidden is None else hidden[i, kept])
-        r.rounds.append(Round(drafted=p.d, accepted=n, emitted=len(new)))
+        r.rounds.append(Round(drafted=p.d, accepted=n, emitted=len(new), depth=p.depth))
         r.stats.observe(r.rounds[-1])
     cache.keep([n + 1 for n in read.accepted], read.paths)  # row i holds tokens + its kept path (+ the last token fed)
 

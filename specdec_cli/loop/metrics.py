@@ -11,9 +11,15 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Round:
-    drafted: int  # tokens the draft proposed this round
-    accepted: int  # of those, how many the target agreed with (a leading run)
+    drafted: int  # tokens the draft proposed this round (a tree's nodes)
+    accepted: int  # of those, how many the target agreed with (a leading run, a tree's kept path)
     emitted: int  # tokens appended: accepted + 1, trimmed at EOS / max_tokens
+    depth: int | None = None  # a token tree's longest path (None: a chain, whose depth is drafted)
+
+    @property
+    def positions(self) -> int:
+        """Draft positions judged this round (a chain's drafted, a tree's depth)."""
+        return self.drafted if self.depth is None else self.depth
 
 
 @dataclass
@@ -35,12 +41,12 @@ class Stats:
         self.tokens += r.emitted
         self.drafted += r.drafted
         self.accepted += r.accepted
-        grow = r.drafted - len(self.drafted_at)
+        grow = r.positions - len(self.drafted_at)
         if grow > 0:
             self.drafted_at += [0] * grow
             self.accepted_at += [0] * grow
             self.reached_at += [0] * grow
-        for i in range(r.drafted):
+        for i in range(r.positions):
             self.drafted_at[i] += 1
             self.accepted_at[i] += i < r.accepted
             self.reached_at[i] += i <= r.accepted
@@ -96,7 +102,7 @@ def predict(rounds: list[Round], alphas: list[float], c: float, v, context: int)
     tokens = steps = 0.0
     for r in rounds:
         run, expected = 1.0, 1.0
-        for a in alphas[: r.drafted]:
+        for a in alphas[: r.positions]:  # along its positions (a tree: its depth)
             run *= a
             expected += run
         tokens += expected

@@ -31,6 +31,11 @@ class Proposal:
         return self.tokens.shape[0]
 
     @property
+    def depth(self) -> int | None:
+        """A tree's longest path (None: a chain, or nothing proposed)."""
+        return max(depths(self.parents)) if self.parents else None
+
+    @property
     def shape(self) -> tuple[int, ...]:
         return chain(self.d) if self.parents is None else self.parents
 
