@@ -44,20 +44,19 @@ PROMPTS_FILE=""
 BUILD_ONLY=""
 MAX_TOKENS=128
 OUT=""
-usage() { echo "Error: $1 (see --help)" >&2; exit 2; }
-absolute() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }  # paths given are the caller's
+# shellcheck source=benchmarks/peers/common.sh
+source "$(dirname "$0")/common.sh"  # usage, absolute, help, check_common
 while [ $# -gt 0 ]; do
   case "$1" in
     --prompts-file) [ $# -ge 2 ] || usage "--prompts-file needs a file"; PROMPTS_FILE=$(absolute "$2"); shift 2 ;;
     --max-tokens) [ $# -ge 2 ] || usage "--max-tokens needs a number"; MAX_TOKENS=$2; shift 2 ;;
     --build-only) BUILD_ONLY=1; shift ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) help ;;
     -*) usage "unknown option $1" ;;
     *) OUT=$(absolute "$1"); shift ;;
   esac
 done
-[[ $MAX_TOKENS =~ ^[1-9][0-9]*$ ]] || usage "--max-tokens: expected a positive whole number, got '$MAX_TOKENS'"
-if [ -n "$PROMPTS_FILE" ] && ! [ -f "$PROMPTS_FILE" ]; then usage "no such prompts file: $PROMPTS_FILE"; fi
+check_common
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-benchmarks/peers/llamacpp.jsonl}
 
