@@ -71,8 +71,7 @@ class Greedy:
 
     def propose(self, draft, tokens: list[int], d: int, trees: bool = False) -> Proposal:
         if trees and draft.trees:
-            tokens, parents = draft.propose_tree(tokens, d)
-            return Proposal(tokens, parents=parents)
+            return Proposal.tree(draft, tokens, d)
         return Proposal(draft.propose(tokens, d))
 
     def verify(self, logits: torch.Tensor, proposal: Proposal) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

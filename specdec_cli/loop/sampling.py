@@ -98,8 +98,7 @@ class Sampler:
         """Tokens [d] with q [d, V'] or None (a draft that does not sample is deterministic),
         or, with `trees`, a deterministic tree from a draft that proposes them."""
         if trees and draft.trees:
-            tokens, parents = draft.propose_tree(tokens, d)
-            return Proposal(tokens, parents=parents)
+            return Proposal.tree(draft, tokens, d)
         return Proposal(*draft.propose_sampled(tokens, d, self.settings.warp, self.generator))
 
     def verify(self, logits: torch.Tensor, proposal: Proposal) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -26,6 +26,12 @@ class Proposal:
     q: torch.Tensor | None = None
     parents: tuple[int, ...] | None = None
 
+    @classmethod
+    def tree(cls, draft, tokens: list[int], d: int) -> Proposal:
+        """A draft's token tree of at most d tokens (drafts that declare `trees`)."""
+        ids, parents = draft.propose_tree(tokens, d)
+        return cls(ids, parents=parents)
+
     @property
     def d(self) -> int:
         return self.tokens.shape[0]
