@@ -1,5 +1,6 @@
 """ms of one target forward [1, n], n = 1..WIDTHS, after 100 tokens, through the loop's own KV
-cache at a fixed capacity: compiled (decoding.compile), then eager F.linear, with v(n) for each.
+cache at a fixed capacity: eager F.linear, then compiled (decoding.compile; the card loaded twice),
+with v(n) for each and the seconds the compile took (a later run reads specdec's compile cache).
 With --profile, torch.profiler's table for 20 compiled 1-token steps (where a step's time goes).
 
     .venv/bin/python benchmarks/compiled_widths.py [--card smollm2] [--capacity 512] [--widths 5] [--profile]
@@ -35,7 +36,7 @@ def curve(lm, capacity: int, widths: int) -> list[float]:
     cache = cache_for(lm, rows=1, width=None, capacity=capacity)
     start = time.perf_counter()
     cache.warm(range(1, widths + 1))
-    if lm.compiled is not None:
+    if lm.compiled:
         print(f"compiled widths 1..{widths} in {time.perf_counter() - start:.1f} s")
     cache.add(list(range(100, 200)))
     return [step_ms(cache, n) for n in range(1, widths + 1)]
@@ -48,8 +49,11 @@ def main() -> None:
     parser.add_argument("--widths", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    lm = load_pair(dataclasses.replace(load_card(args.card), compile=True)).target
+    card = load_card(args.card)
+    eager_lm = load_pair(dataclasses.replace(card, compile=False)).target
+    lm = load_pair(dataclasses.replace(card, compile=True)).target
     with torch.inference_mode():
+        eager = curve(eager_lm, args.capacity, args.widths)
         compiled = curve(lm, args.capacity, args.widths)
         if args.profile:
             from torch.profiler import ProfilerActivity, profile
@@ -61,8 +65,6 @@ def main() -> None:
                     cache.forward(torch.tensor([[5]])).argmax(-1).tolist()
                     cache.keep([0])
             print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
-        lm.compiled = None
-        eager = curve(lm, args.capacity, args.widths)
     for name, ms in (("compiled", compiled), ("eager F.linear", eager)):
         print(f"{name}: ms {' '.join(f'{x:.2f}' for x in ms)}; v(n) {' '.join(f'{x / ms[0]:.2f}' for x in ms)}")
 

@@ -8,6 +8,8 @@ with, so only those two tests pay for compiles."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import yaml
@@ -43,7 +45,7 @@ def recording(monkeypatch) -> list:
 
 
 def test_compiled_pinned_runs_equal_transformers_greedy_and_each_other_bitwise(run, write_card, one_thread, tmp_path):
-    """A real torch.compile (inductor, frozen weights), pinned at width k + 1 = 4: speculative
+    """A real torch.compile (inductor), pinned at width k + 1 = 4: speculative
     and greedy logits bitwise equal, and the tokens transformers' own greedy `generate` on the
     eager model (the independent referee: a compiled forward that mishandled the mask or the
     fixed KV buffer is wrong in both compiled runs alike). A tiny Llama whose text varies, with
@@ -77,6 +79,50 @@ def test_compiled_free_shapes_equal_greedy(run, write_card, one_thread):
     assert r.exit_code == 0, r.stderr
     out = parse_json_lines(r.stdout)[0]
     assert out["shapes"] == "free" and out["forward_policy"]["compile"] and out["identical"]
+
+
+def test_compiled_graphs_are_kept_in_specdecs_cache_and_serve_the_next_load(write_card, one_thread):
+    """A shape compiles once per machine: a first process writes inductor's graphs under the user
+    cache (this test's own, conftest) and a second one finds them there instead of compiling
+    again (torch's own counters, printed by each process)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from specdec_cli.files import cache_dir
+
+    card = tiny_card(write_card, compile=True, shapes="pinned")
+    script = ("import json, sys; from typer.testing import CliRunner; from specdec_cli.cli.app import app; "
+              "r = CliRunner().invoke(app, sys.argv[1:]); assert r.exit_code == 0, r.output; "
+              "from torch._dynamo.utils import counters; print(json.dumps({k: dict(v) for k, v in counters.items()}))")
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", script, "generate", "-c", str(card), "-m", "greedy", "--json", "ab cd"],
+                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        runs.append(json.loads(r.stdout.splitlines()[-1]))
+    assert any((cache_dir("inductor") / "fxgraph").rglob("*")), "no graph written to specdec's cache"
+    first, second = (c.get("aot_autograd", {}) for c in runs)
+    assert first.get("autograd_cache_miss") and first.get("autograd_cache_saved"), runs[0]
+    assert second.get("autograd_cache_hit") and not second.get("autograd_cache_miss"), runs[1]
+
+
+def test_a_compile_cache_the_user_named_is_kept(monkeypatch, tmp_path):
+    """TORCHINDUCTOR_CACHE_DIR as the user set it is kept; inductor's own default (which an import
+    may write into the variable) and a place specdec set before are not the user's."""
+    import os
+
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    ours = Path(os.environ["XDG_CACHE_HOME"]) / "specdec" / "inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert kernels.compile_cache() == tmp_path / "mine" and os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
+    for value in (default_cache_dir(), None):
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", value) if value else monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+        assert kernels.compile_cache() == ours and os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(ours)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the variable still holds our old place
+    assert kernels.compile_cache() == tmp_path / "xdg" / "specdec" / "inductor"
 
 
 def test_compile_runs_pinned_decode_forwards_only_each_shape_warmed_once(write_card, monkeypatch):

@@ -25,9 +25,10 @@ SHAPES = typer.Option(None, "--shapes", help="pinned: every decode forward is [r
 MATMULS = typer.Option(None, "--matmuls", help="A CPU float32 target's matmul forms: measure (the cost profile keeps the "
                        "fastest per forward shape), off (F.linear), all or packed (every verify in that form: "
                        "exactness audits). Overrides the card.")
-COMPILE = typer.Option(None, "--compile/--no-compile", help="Compile the decode forwards with PyTorch's inductor (weights "
-                       "frozen): cheaper steps after a compile of tens of seconds per forward shape (free: widths "
-                       "1..k+1; pinned: k+1), done before timing starts. Overrides the card.")
+COMPILE = typer.Option(None, "--compile/--no-compile", help="Compile the decode forwards with PyTorch's inductor: "
+                       "cheaper steps after a compile per forward shape (free: widths 1..k+1; pinned: k+1), done "
+                       "before timing starts; tens of seconds the first time on a machine, cached in specdec's cache "
+                       "directory for later runs. Overrides the card.")
 TREE = typer.Option(None, "--tree/--chain", help="Let a draft that can propose a token tree do so (prompt lookup: "
                     "every earlier match merged; features: the likeliest other tokens beside the chain); the target "
                     "verifies the tree in one forward and keeps its longest agreeing path. Free shapes. Overrides the card.")

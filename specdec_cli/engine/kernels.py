@@ -21,9 +21,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from specdec_cli import settings
+from specdec_cli.files import cache_dir
 
 MODES = ("measure", "off", "all", "packed")
 
@@ -190,21 +194,32 @@ class ForwardPolicy:
 
 def compiled(model: torch.nn.Module) -> torch.nn.Module:
     """`model` through torch.compile for the loop's decode forwards: static shapes (a graph per
-    forward shape [rows, n] and KV capacity, kvcache.py), inductor with freezing, which folds the
-    weights in as constants and, on a CPU, prepacks them (float32: MKL's packed GEMM), a second
-    copy of the weights, since the eager model keeps serving prefills and cost probes. Compiled on
-    first call, per shape: tens of seconds on a small CPU (docs/kernels.md), so it pays on long
-    runs, not on one short answer. Freezing is set around each call, where (re)compiles happen:
-    torch.compile's `options` did not reach it (the steps ran at the unfrozen speed)."""
-    from torch._inductor import config
+    forward shape [rows, n] and KV capacity, kvcache.py), the weights read from the eager model's
+    own parameters (one copy). Not frozen: inductor's on-disk caches (FX graphs, AOT autograd;
+    keyed by graph, shapes, dtype and torch version) then serve every later process from
+    specdec's cache (compile_cache), so a shape compiles once per machine. Frozen graphs bypass
+    those caches and compiled again in every process, for steps about 8 % cheaper (docs/kernels.md)."""
+    compile_cache()
+    return torch.compile(model, dynamic=False)
 
-    graph = torch.compile(model, dynamic=False)
 
-    def frozen(*args, **kwargs):
-        with config.patch(freezing=True):
-            return graph(*args, **kwargs)
+OURS: set[Path] = set()  # the places compile_cache has set
 
-    return frozen
+
+def compile_cache() -> Path:
+    """Where inductor keeps compiled graphs: specdec's cache (inductor/), unless the user named a
+    directory in TORCHINDUCTOR_CACHE_DIR (settings.compile_cache). Inductor writes its entries
+    atomically, and itself sets the variable to its default (/tmp/torchinductor_$USER) when an
+    import asks for the place first, so that value and ours are not taken for the user's."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    named = settings.compile_cache(OURS | {Path(default_cache_dir()).absolute()})
+    if named is not None:
+        return named
+    path = cache_dir("inductor").absolute()
+    OURS.add(path)
+    settings.set_compile_cache(path)
+    return path
 
 
 def _linear(layer: torch.nn.Linear, switch: WeightMajor, x: torch.Tensor) -> torch.Tensor:
