@@ -39,12 +39,17 @@ class Detour:
 
 def _sdpa(query, key, value, mask, g, dropout, scaling):
     """query [B, H, S, D] over key, value [B, KV, width, D] with each KV head's G query heads in
-    the query dimension (head h = kv * g + j, repeat_kv's order -> row j * S + s of head kv):
-    [B, H, S, D] out."""
+    the query dimension (head h = kv * g + j, repeat_kv's order -> row j * S + s of head kv), the
+    mask [B, 1, G*S, width] repeated to match (`_grouped_mask`): [B, H, S, D] out."""
     b, h, s, d = query.shape
     out = torch.nn.functional.scaled_dot_product_attention(
-        query.reshape(b, h // g, g * s, d), key, value, attn_mask=mask.repeat(1, 1, g, 1), dropout_p=dropout, scale=scaling)
+        query.reshape(b, h // g, g * s, d), key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
     return out.view(b, h, s, d)
+
+
+def _grouped_mask(mask: torch.Tensor, g: int) -> torch.Tensor:
+    """mask [B, 1, S, width] -> [B, 1, G*S, width], the rows of _sdpa's grouped queries."""
+    return mask.repeat(1, 1, g, 1)
 
 
 def _detoured(out, query, key, value, mask, g, dropout, scaling, detours: list[Detour]) -> torch.Tensor:
@@ -55,7 +60,7 @@ def _detoured(out, query, key, value, mask, g, dropout, scaling, detours: list[D
         keys[i, :, t.chain], values[i, :, t.chain] = key[t.row, :, t.path], value[t.row, :, t.path]
     column = torch.arange(key.shape[2], device=key.device)
     seen = torch.stack([column <= t.last for t in detours])[:, None, None, :].expand(-1, 1, mask.shape[2], -1)
-    again = _sdpa(query[rows], keys, values, seen, g, dropout, scaling)  # [n, H, S, D]
+    again = _sdpa(query[rows], keys, values, _grouped_mask(seen, g), g, dropout, scaling)  # [n, H, S, D]
     out = out.clone()
     for i, t in enumerate(detours):
         out[t.row, :, t.slot] = again[i, :, t.slot]
@@ -68,18 +73,22 @@ def grouped_attention(on: bool, detours: list[Detour] = ()):
     (repeat_kv). Here each key/value head's G query heads ride in the query dimension instead
     ([B, H, S, D] -> [B, KV, G*S, D], the mask repeated to match), as transformers' own
     pack_gqa does for one query: the cache is read in place, by one plain sdpa call per layer
-    (docs/kernels.md has the timings); `detours` (pinned trees) recompute their slots. Not on a
+    (docs/kernels.md has the timings), the repeated mask made once per forward, not per layer;
+    `detours` (pinned trees) recompute their slots. Not on a
     GPU, where sdpa's fused kernels take GQA with a mask their own way."""
     if not on:
         yield
         return
     plain = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    made = [None, None]  # (the mask every layer is given, it repeated for the grouped queries): once per forward
 
     def grouped(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
         if attention_mask is None or attention_mask.dtype != torch.bool or kwargs.get("softcap") is not None:
             return plain(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
         g = query.shape[1] // key.shape[1]
-        out = _sdpa(query, key, value, attention_mask, g, dropout, scaling)  # [B, H, S, D]
+        if made[0] is not attention_mask:  # a new forward, or a layer of the other type (sliding: its own mask)
+            made[:] = attention_mask, _grouped_mask(attention_mask, g)
+        out = _sdpa(query, key, value, made[1], g, dropout, scaling)  # [B, H, S, D]
         if detours:
             out = _detoured(out, query, key, value, attention_mask, g, dropout, scaling, detours)
         return out.transpose(1, 2).contiguous(), None  # [B, S, H, D], as transformers' sdpa
