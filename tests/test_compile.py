@@ -142,6 +142,19 @@ def test_compile_runs_pinned_decode_forwards_only_each_shape_warmed_once(write_c
     assert (1, 1, capacity) in seen and len(plain.tokens) == 12
 
 
+def test_each_compile_is_shown_on_stderr_once(run, write_card, monkeypatch):
+    """A compile takes tens of seconds the first time: generate says which shape compiles, and
+    when it is done, once per shape (free shapes: widths 1..k+1), on stderr; stdout stays JSON."""
+    recording(monkeypatch)
+    r = run("generate", "-c", tiny_card(write_card, compile=True), "-m", "both", "--json", "ab cd ab cd ab")
+    assert r.exit_code == 0, r.stderr
+    parse_json_lines(r.stdout)
+    starts = [line for line in r.stderr.splitlines() if line.startswith("compiling the target's decode forward")]
+    assert [line.split(" over ")[0].rsplit(" ", 2)[1:] for line in starts] == [["[1,", f"{n}]"] for n in (1, 2, 3, 4)]
+    assert all(f"over {CAPACITY_STEP} KV columns (cached in " in line for line in starts), starts
+    assert sum(line.startswith("compiled in ") for line in r.stderr.splitlines()) == 4
+
+
 def test_compiled_free_shapes_warm_every_width_before_the_clock(write_card, monkeypatch):
     """Free shapes under compile: [1, n] for n = 1..k+1 over a fixed capacity, each warmed once
     up front (a compile inside a request would be timed), the prefill eager."""

@@ -17,8 +17,10 @@ import copy
 import importlib.util
 import json
 import sys
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, ContextManager
 
 import torch
 
@@ -149,6 +151,10 @@ def _file_ref(path: Path, ref: str) -> ModelRef:
 
 
 # ---------------------------------------------------------------------------- models
+def _quietly(shape: tuple) -> ContextManager:
+    return nullcontext()
+
+
 class HFLM:
     """A transformers causal LM behind the small interface above (batch size 1), and, as the
     target, the owner of how its forwards run: its forward policy (shapes, matmul forms,
@@ -174,6 +180,7 @@ class HFLM:
         self._compiled = None  # the model through kernels.compiled (decoding.compile): the decode forwards' model
         self._warmed: set = set()  # the compiled model's (rows, W, capacity) shapes run so far (KVCache.warm)
         self._capacity = 0  # the compiled model's KV capacity so far (reserve)
+        self._compiling = _quietly  # a context around each compile (configure's on_compile)
 
     # -- the forward policy ------------------------------------------------------------------
     @property
@@ -190,14 +197,17 @@ class HFLM:
     def compiled(self) -> bool:
         return self._compiled is not None
 
-    def configure(self, shapes: str, matmuls: str = "off", compile: bool = False) -> kernels.ForwardPolicy:
+    def configure(self, shapes: str, matmuls: str = "off", compile: bool = False,
+                  on_compile: Callable[[tuple], ContextManager] | None = None) -> kernels.ForwardPolicy:
         """Set how every later forward runs, once, when the pair is loaded: `shapes` (pinned or
         free), `matmuls` (a CPU float32 target's forms: measure, all, packed; off = F.linear),
-        `compile` (inductor for the decode forwards; it chooses the matmuls). packed frees the
-        plain weights (kernels.WeightMajor.pack_all): check can_pack first."""
+        `compile` (inductor for the decode forwards; it chooses the matmuls), `on_compile`: a
+        context entered around each shape's compile (rows, W, capacity), for a caller to show it.
+        packed frees the plain weights (kernels.WeightMajor.pack_all): check can_pack first."""
         switch = None
         if compile:
             self._compiled = kernels.compiled(self.model)
+            self._compiling = on_compile or _quietly
         elif matmuls != "off":
             switch = kernels.install(self.model, matmuls)  # F.linear until the cost profile chooses
             if matmuls == "packed":
@@ -234,7 +244,8 @@ class HFLM:
         """Run `run()` once per compiled forward shape (rows, W, capacity), so a compile falls
         before a request's clock starts; a shape run before, or an eager target, runs nothing."""
         if self._compiled is not None and shape not in self._warmed:
-            run()
+            with self._compiling(shape):
+                run()
             self._warmed.add(shape)
 
     @property

@@ -301,7 +301,7 @@ def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = (), batch: int
     return target
 
 
-def forward_policy(card: Card, target, dtype: torch.dtype) -> kernels.ForwardPolicy:
+def forward_policy(card: Card, target, dtype: torch.dtype, on_compile=None) -> kernels.ForwardPolicy:
     """The shapes and matmul forms the target's forwards take, given to it now (kernels.py).
     Pinned shapes need the KV cache the loop owns (kvcache.py): a target it cannot hold is refused
     when asked for by name, and runs free shapes under `auto`. With decoding.compile the pinned
@@ -322,14 +322,16 @@ def forward_policy(card: Card, target, dtype: torch.dtype) -> kernels.ForwardPol
     if forms == "packed" and not target.can_pack():  # every forward prepacked: the plain weights go (kernels.py)
         raise SpecdecError(f"{card.path}: decoding.matmuls: packed needs a float32 target and a torch with "
                            f"oneDNN (this target is {str(dtype).removeprefix('torch.')}); use measure")
-    return target.configure(shapes, forms, card.compile)
+    return target.configure(shapes, forms, card.compile, on_compile)
 
 
 def source_name(ref: ModelRef) -> str:
     return str(Path(ref.source) / ref.gguf_file) if ref.gguf_file else ref.source
 
 
-def load_pair(card: Card) -> Pair:
+def load_pair(card: Card, on_compile=None) -> Pair:
+    """The card's target, tokenizer and draft, loaded; `on_compile`: a context around each compile
+    of a decode forward shape (decoding.compile; HFLM.configure), for the caller to show."""
     target_ref = check_before_load(card)
     device = resolve_device(card.device)
     dtype = resolve_dtype(card.dtype, device)
@@ -337,7 +339,7 @@ def load_pair(card: Card) -> Pair:
     # the first of them (where the embedding, and so every input, lives)
     target, tokenizer = load(target_ref, device, dtype, card.trust_remote_code, card.revision,
                              device_map=card.device_map)
-    policy = forward_policy(card, target, dtype)
+    policy = forward_policy(card, target, dtype, on_compile)
     if card.chat_template is True and not tokenizer.has_chat_template():
         raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")
     chat = tokenizer.has_chat_template() if card.chat_template == "auto" else card.chat_template

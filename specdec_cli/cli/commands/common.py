@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
+
 from rich.console import Console
+from rich.markup import escape
 
 from specdec_cli.cards.card import load_card, override
 from specdec_cli.cli.guard import err
@@ -23,8 +27,24 @@ def load(card_name: str, drafts: tuple = (), remeasure: bool = False, batch: int
                   f"{' and '.join(repos)} may run on this machine while loading. Use only repositories you trust.",
                   markup=False, highlight=False, soft_wrap=True)
     with err.status(f"Loading {card.target} and its {card.draft.label()} draft…"):
-        pair = load_pair(card)
+        pair = load_pair(card, on_compile=compiling)
     pair.remeasure = remeasure
     err.print(f"[dim]card {card.name}: target {card.target} · draft {pair.draft.name} · "
               f"{pair.device} {pair.dtype_name}{pair.tree_note}[/]", highlight=False)
     return pair
+
+
+@contextmanager
+def compiling(shape: tuple):
+    """A line on stderr when a decode forward shape starts compiling (decoding.compile) and one
+    when it is done: the first time on a machine that takes tens of seconds, with nothing else on
+    screen; a later process reads the graphs from the compile cache."""
+    from specdec_cli.engine.kernels import compile_cache
+
+    rows, width, capacity = shape
+    err.print(escape(f"compiling the target's decode forward [{rows}, {width}] over {capacity} KV columns "
+                     f"(cached in {compile_cache()}; tens of seconds the first time on this machine)…"),
+              style="dim", highlight=False, soft_wrap=True)
+    start = time.perf_counter()
+    yield
+    err.print(f"compiled in {time.perf_counter() - start:.1f} s", style="dim", highlight=False)
