@@ -5,6 +5,7 @@ greedy token for token (batch 1 and 3) and to sampling in distribution."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -325,3 +326,52 @@ def test_bench_sets_the_tree_beside_the_chain(run, write_card, one_thread):
     rows = [row for row in parse_json_lines(r.stdout) if row.get("row") == "bench" and row["scope"] == "all"]
     assert sorted((row["draft"].endswith(" tree"), row["tree"]) for row in rows) == [(False, False), (True, True)]
     assert all(row["identical"] and row["tokens_per_round"] >= 1 for row in rows)
+
+
+def test_plan_replays_the_tree_beside_the_chain_as_a_real_run_decodes_it(run, write_card, one_thread, tmp_path):
+    """plan with trees: a tree row beside each chain row of a draft that proposes trees, whose
+    replayed rounds are the ones a real `generate --tree` makes (the replay answers a tree's
+    slots by depth); without trees, chain rows only."""
+    prompt = "ab cd ab ce ab cd ab cf ab"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "p", "category": "c", "prompt": prompt}) + "\n")
+    card = lookup_card(write_card)
+    r = run("plan", "-c", card, "-k", "4", "--prompts-file", prompts, "-n", "24", "--json")
+    assert r.exit_code == 0, r.stderr
+    rows = {(row["tree"], row["schedule"]): row for row in parse_json_lines(r.stdout) if row["k"] == 4}
+    assert {tree for tree, _ in rows} == {False, True}
+    for tree in (False, True):
+        real = run("generate", "-c", card, "--tree" if tree else "--chain", "-m", "spec", "-n", "24", "--json", prompt)
+        assert real.exit_code == 0, real.stderr
+        metrics = parse_json_lines(real.stdout)[0]["spec"]["metrics"]
+        assert (rows[tree, "fixed"]["verify_rounds"], rows[tree, "fixed"]["tokens"]) == \
+            (metrics["verify_rounds"], metrics["tokens"])
+    assert rows[True, "fixed"]["verify_rounds"] < rows[False, "fixed"]["verify_rounds"]  # the trie's branches paid
+    chains = parse_json_lines(run("plan", "-c", card, "--chain", "-k", "4", "--prompts-file", prompts, "-n", "24",
+                                  "--json").stdout)
+    assert chains and not any(row["tree"] for row in chains)
+
+
+def test_the_replay_answers_a_trees_slots_by_depth_features_too():
+    """plan's ReplayTarget: slot s of a tree fed after `length` positions is answered as position
+    length + depth(s) of the continuation (logits and features); slots past its end (never read)
+    get the last features instead of an error."""
+    from specdec_cli.eval.plan import ReplayCache, ReplayTarget
+
+    class Real:  # the real target's teacher-forced features: position j -> [j, j]
+        device, vocab_size, max_positions = torch.device("cpu"), 16, None
+
+        def new_cache(self):
+            return None
+
+        def forward(self, ids, cache, keep=0, features=False):
+            return None, torch.arange(ids.shape[1], dtype=torch.float)[:, None].expand(-1, 2)
+
+    replay, cache = ReplayTarget(Real(), [1, 2, 3, 4, 5, 6, 7, 8]), ReplayCache()
+    cache.length = 2
+    logits, feats = replay.forward(torch.zeros(1, 4, dtype=torch.long), cache, features=True, tree=(0, 0, 1))
+    assert logits.argmax(-1).tolist() == [4, 5, 5, 6] and feats[:, 0].tolist() == [2, 3, 3, 4]  # depths 0 1 1 2
+    assert cache.length == 6
+    cache.length = 6
+    logits, feats = replay.forward(torch.zeros(1, 4, dtype=torch.long), cache, features=True, tree=(0, 1, 1))
+    assert logits.argmax(-1).tolist()[:2] == [8, 0] and feats[:, 0].tolist() == [6, 7, 7, 7]  # past the end: the last

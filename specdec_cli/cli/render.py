@@ -303,13 +303,13 @@ def plan_table(rows, profile, title: str) -> Table:
         "alpha_j: teacher-forced acceptance of proposal j given 1..j-1 were, along the target's own greedy "
         "continuations; tokens/round: exact for the replayed rounds; predicted speedup = tokens / "
         "sum over rounds of (d·c + v(d+1)), in 1-token target steps; pinned shapes (bitwise-exact in any dtype) "
-        "pay v(k+1) every round, against free-shape greedy.\n" + cost_caption(profile, max(r.k for r in rows))))
+        "pay v(k+1) every round, against free-shape greedy; a tree row's k is its nodes.\n" + cost_caption(profile, max(r.k for r in rows))))
     for col in ("draft", "schedule", "k", "drafted/round", "alpha by position", "tokens/round", "c",
                 "predicted speedup", "pinned", ""):
         table.add_column(col, justify="left" if col in ("draft", "schedule", "alpha by position", "") else "right")
     for r in rows:
         alphas = " ".join(f"{a:.2f}" for a in r.alpha_by_position[: r.k]) or "-"
-        table.add_row(r.draft, r.schedule, str(r.k) if r.k else "-",
+        table.add_row(r.label, r.schedule, str(r.k) if r.k else "-",
                       fmt(r.drafted / r.verify_rounds if r.verify_rounds else None), alphas,
                       fmt(r.predicted_tokens_per_round), fmt(r.draft_cost), f"{fmt(r.predicted_speedup)}x",
                       f"{fmt(r.pinned_speedup)}x", "[bold green]recommended[/]" if r.recommended else "")

@@ -65,7 +65,11 @@ class SerialCache:
     """Any target behind the small model interface: one cache per row, rows fed one by one.
     Pinned (`width` W): each row's forward is padded to W tokens, as KVCache pads."""
 
-    trees = False  # rows are fed one by one through the model's own forward: no tree mask
+    @property
+    def trees(self) -> bool:
+        """Rows are fed one by one through the model's own forward, which takes no tree mask;
+        only a target that lays a tree out itself (`trees`: plan's replay, by depth) takes trees."""
+        return getattr(self.target, "trees", False)
 
     def __init__(self, target, width: int | None = None):
         self.target, self.width, self.caches, self.fed = target, width, [], 0
@@ -87,16 +91,17 @@ class SerialCache:
 
     def forward(self, ids: torch.Tensor, features: bool = False, trees: list | None = None):
         """ids [B, S] -> logits [B, S, V]; appends S positions (W when pinned) to every row.
-        With `features`, (logits, hidden states [B, S, H]). Chains only (`trees`: None)."""
-        if trees is not None and any(trees):
+        With `features`, (logits, hidden states [B, S, H]). `trees` only where self.trees."""
+        if trees is not None and any(trees) and not self.trees:
             raise SpecdecError("token trees need specdec's KV cache (a transformers target)")
         s = ids.shape[1]
         if self.width is not None:
             ids = torch.cat([ids, ids.new_full((ids.shape[0], self.width - s), PAD)], 1)
         self.fed = ids.shape[1]
+        tree = [{"tree": t} if t else {} for t in trees] if trees else [{}] * len(self.caches)
         if not features:  # the toy's and a replay's forwards know no features
-            return torch.stack([self.target.forward(ids[i : i + 1], c)[:s] for i, c in enumerate(self.caches)])
-        outs = [self.target.forward(ids[i : i + 1], c, features=True) for i, c in enumerate(self.caches)]
+            return torch.stack([self.target.forward(ids[i : i + 1], c, **tree[i])[:s] for i, c in enumerate(self.caches)])
+        outs = [self.target.forward(ids[i : i + 1], c, features=True, **tree[i]) for i, c in enumerate(self.caches)]
         return torch.stack([o[0][:s] for o in outs]), torch.stack([o[1][:s] for o in outs])
 
     def keep(self, kept: list[int], paths: list[list[int]] | None = None) -> None:

@@ -21,6 +21,7 @@ import torch
 
 from specdec_cli.cards.card import MAX_K, SCHEDULES, DraftSpec
 from specdec_cli.engine.costs import CostProfile
+from specdec_cli.engine.trees import layout
 from specdec_cli.loop.decoding import decode
 from specdec_cli.loop.metrics import Stats, predict
 from specdec_cli.pair.loading import Pair, build_draft, innermost
@@ -51,6 +52,7 @@ class ReplayTarget:
     teacher-forced forward over the whole sequence, made on first ask."""
 
     replayed = True  # its forwards cost nothing: the loop reports no verify times to the schedule
+    trees = True  # a tree's slot s is answered at position start + depth(s) (forward)
 
     def __init__(self, real, sequence: list[int]):
         self.real, self.sequence = real, sequence
@@ -63,19 +65,25 @@ class ReplayTarget:
     def new_cache(self) -> ReplayCache:
         return ReplayCache()
 
-    def forward(self, ids: torch.Tensor, cache: ReplayCache, keep: int = 0, features: bool = False):
-        """As HFLM.forward: logits [S, V], with `features` (logits, features [S, H])."""
+    def forward(self, ids: torch.Tensor, cache: ReplayCache, keep: int = 0, features: bool = False,
+                tree: tuple[int, ...] | None = None):
+        """As HFLM.forward: logits [S, V], with `features` (logits, features [S, H]). `tree`: the
+        slots' parents (engine/trees.py); slot s is answered at position start + depth(s). Only
+        slots whose path is the continuation's are right, and only they are ever read: the loop
+        keeps the longest path the target agrees with, and the target agrees with nothing else."""
         start, width = cache.length, ids.shape[1]
         cache.length += width
-        rows = range(start + width - keep, start + width) if keep else range(start, start + width)
-        logits = torch.zeros(len(rows), self.vocab_size, device=self.device)  # [S, V]
-        logits[torch.arange(len(rows)), self.next[rows.start : rows.stop]] = 1.0
+        depth = layout([tree], width)[0][0] if tree else torch.arange(width)
+        at = (start + depth)[-keep:] if keep else start + depth  # [S] positions
+        logits = torch.zeros(len(at), self.vocab_size, device=self.device)  # [S, V]
+        logits[torch.arange(len(at)), self.next[at.to(self.next.device)]] = 1.0
         if not features:
             return logits
         if self.hidden is None:
             sequence = torch.tensor([self.sequence], device=self.device)
             self.hidden = self.real.forward(sequence, self.real.new_cache(), keep=1, features=True)[1]
-        return logits, self.hidden[start : start + width]
+        past = len(self.hidden) - 1  # positions past the continuation (after its end) are never read
+        return logits, self.hidden[at.clamp(max=past).to(self.hidden.device)]
 
 
 @dataclass
@@ -95,6 +103,11 @@ class PlanRow:
     accepted_at: list[int] = field(default_factory=list)
     reached_at: list[int] = field(default_factory=list)
     recommended: bool = False
+    tree: bool = False  # the draft proposes token trees of k nodes (engine/trees.py), not chains
+
+    @property
+    def label(self) -> str:
+        return f"{self.draft} tree" if self.tree else self.draft
 
     def add(self, stats: Stats) -> None:
         self.prompts += 1
@@ -133,7 +146,7 @@ class PlanRow:
         return (self.tokens + self.prefill_steps) / steps if self.pinned_steps > 0 else None
 
     def as_dict(self) -> dict:
-        return {"draft": self.draft, "k": self.k, "schedule": self.schedule, "prompts": self.prompts,
+        return {"draft": self.draft, "tree": self.tree, "k": self.k, "schedule": self.schedule, "prompts": self.prompts,
                 "tokens": self.tokens, "verify_rounds": self.verify_rounds, "drafted": self.drafted,
                 "accepted": self.accepted, "draft_cost": self.draft_cost,
                 "alpha_by_position": [round(a, 4) for a in self.alpha_by_position],
@@ -148,19 +161,25 @@ def configurations(specs: list[DraftSpec], ks: list[int], schedules: list[str]) 
 
 
 def plan(pair: Pair, prompts: list[Prompt], specs: list[DraftSpec], ks: list[int], max_tokens: int,
-         schedules: list[str] = list(SCHEDULES), progress=None) -> tuple[list[PlanRow], CostProfile]:
+         schedules: list[str] = list(SCHEDULES), progress=None, trees: bool = False) -> tuple[list[PlanRow], CostProfile]:
     """Predicted tokens/round and speedup for each configuration (plus plain greedy), the best
-    one marked `recommended`."""
+    one marked `recommended`. `trees`: a draft that can propose token trees is also replayed
+    proposing them (a row beside its chain row; its own draft object, so schedules learn apart)."""
     tick = progress or (lambda text: None)
-    configs = [(spec, k, build_draft(spec, pair)) for spec, k in configurations(specs, ks, schedules)]
-    profile = pair.cost_profile(tuple(d for _, _, d in configs), max(ks) + 1)
+    configs = []  # (spec, k, draft, tree)
+    for spec, k in configurations(specs, ks, schedules):
+        draft = build_draft(spec, pair)
+        configs.append((spec, k, draft, False))
+        if trees and draft.trees:
+            configs.append((spec, k, build_draft(spec, pair), True))
+    profile = pair.cost_profile(tuple(d for _, _, d, _ in configs), max(ks) + 1)
     rows = [PlanRow("none (plain greedy)", 0, "-")]
-    for spec, k, draft in configs:
+    for spec, k, draft, tree in configs:
         rows.append(PlanRow(replace(spec, schedule="fixed").label(), k, spec.schedule,
-                            draft_cost=profile.c(innermost(draft).name)))
+                            draft_cost=profile.c(innermost(draft).name), tree=tree))
     for i, prompt in enumerate(prompts, 1):
         tick(f"{prompt.id}: the target's greedy continuation ({i}/{len(prompts)})")
-        ids = pair.encode(prompt.text, max_tokens, tuple(d for _, _, d in configs))
+        ids = pair.encode(prompt.text, max_tokens, tuple(d for _, _, d, _ in configs))
         reference = pair.reference(ids, max_tokens)
         replay = ReplayTarget(pair.target, ids + reference)
         rows[0].add(Stats(tokens=len(reference), verify_rounds=len(reference)))
@@ -169,8 +188,8 @@ def plan(pair: Pair, prompts: list[Prompt], specs: list[DraftSpec], ks: list[int
         prefill = profile.prefill(len(ids) - 1)
         rows[0].prefill_steps += prefill
         tick(f"{prompt.id}: replaying {len(configs)} configurations ({i}/{len(prompts)})")
-        for row, (spec, k, draft) in zip(rows[1:], configs):
-            result = decode(replay, draft, ids, k, max_tokens, pair.eos)
+        for row, (spec, k, draft, tree) in zip(rows[1:], configs):
+            result = decode(replay, draft, ids, k, max_tokens, pair.eos, trees=tree)
             if result.tokens != reference:  # cannot happen: the loop is exact whatever the draft
                 raise AssertionError(f"replay of {draft.name} diverged on {prompt.id}")
             row.add(result.stats)

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from specdec_cli.cards.card import load_card
-from specdec_cli.cli.options import MATMULS, SHAPES, CARD, DEVICE, DTYPE, JSON, PROMPTS_FILE, REMEASURE
+from specdec_cli.cli.options import MATMULS, SHAPES, TREE, CARD, DEVICE, DTYPE, JSON, PROMPTS_FILE, REMEASURE
 from specdec_cli.cli.app import app
 from specdec_cli.errors import SpecdecError
 from specdec_cli.cli.guard import err, friendly, json_out
@@ -32,6 +32,7 @@ def plan_command(
     shapes: Optional[str] = SHAPES,
     matmuls: Optional[str] = MATMULS,
     remeasure: bool = REMEASURE,
+    tree: Optional[bool] = TREE,
 ):
     """Predict each draft x k x schedule's speedup on this machine before timing anything,
     and recommend one (plain greedy when nothing pays).
@@ -47,6 +48,8 @@ def plan_command(
         specdec plan -c smollm2 -d prompt-lookup:max_ngram=2 -k 2,4,6 --json
 
         specdec plan --prompts-file my-prompts.jsonl --limit 5
+
+        specdec plan -c smollm2-distilled --tree -k 4,8    # chain and tree rows side by side
     """
     from specdec_cli.pair.loading import check_prompts  # imports torch: only when the command runs
     from specdec_cli.eval.plan import plan
@@ -56,7 +59,7 @@ def plan_command(
     json_out.start(as_json, command="plan", card=card)
     base = load_card(card)
     n = max_tokens if max_tokens is not None else min(base.max_tokens, 128)
-    pair = load(card, drafts=request.specs, max_tokens=n, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, remeasure=remeasure)
+    pair = load(card, drafts=request.specs, max_tokens=n, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, remeasure=remeasure, tree=tree)
     if not pair.sampling.greedy:
         raise SpecdecError(f"card {pair.card.name}: plan predicts greedy decoding; this card samples "
                            f"(temperature {pair.card.temperature})")
@@ -64,7 +67,7 @@ def plan_command(
     specs = request.specs or [pair.card.draft]
     check_prompts(pair, items, n)  # a bad prompt fails before any work
     with err.status("planning") as status:
-        rows, profile = plan(pair, items, specs, k_list, n, progress=status.update)
+        rows, profile = plan(pair, items, specs, k_list, n, progress=status.update, trees=pair.card.tree)
     if as_json:
         for row in rows:
             json_out.emit({"card": pair.card.name, **row.as_dict()})
@@ -74,5 +77,5 @@ def plan_command(
     show_table(out, plan_table(rows, profile, title))
     best = next(r for r in rows if r.recommended)
     advice = ("plain greedy: no configuration is predicted to pay on this machine" if best.k == 0 else
-              f"{best.draft} with k={best.k}, schedule {best.schedule}: predicted {best.predicted_speedup:.2f}x")
+              f"{best.label} with k={best.k}, schedule {best.schedule}: predicted {best.predicted_speedup:.2f}x")
     err.print(f"Recommended: {advice}", highlight=False, markup=False)
