@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,10 +30,43 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.enviro
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
+def _isolated_cache(tmp_path_factory, monkeypatch, converted_store):
     """Every test gets its own user cache directory: nothing is read from or written to the
-    real ~/.cache/specdec (cost profiles, fetched models)."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    real ~/.cache/specdec (cost profiles, fetched models). One thing is shared, as a link: the
+    GGUF files converted to folders (`converted_store`)."""
+    home = tmp_path_factory.mktemp("xdg-cache")
+    link_converted(home, converted_store)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+
+
+def link_converted(home: Path, store: Path) -> None:
+    (home / "specdec").mkdir(parents=True, exist_ok=True)
+    (home / "specdec" / "converted").symlink_to(store, target_is_directory=True)
+
+
+@pytest.fixture(scope="session")
+def converted_store(request, tmp_path_factory):
+    """The folders specdec converts GGUF files into (engine/converted.py), kept in pytest's own
+    cache across runs: a conversion is a pure function of the file and transformers' version (the
+    folder's stamp), and each test's private cache would otherwise write 0.5 GB and spend 20 s
+    per SmolLM2 load. SmolLM2's is made here, before any test, so that no test's output depends
+    on whether an earlier one loaded the model first."""
+    from specdec_cli.engine import converted
+    from specdec_cli.engine.models import parse_ref
+
+    from specdec_cli.errors import SpecdecError
+
+    store = request.config.cache.mkdir("specdec-converted")
+    home = tmp_path_factory.mktemp("xdg-store")
+    link_converted(home, store)
+    try:
+        ref = parse_ref(SMOLLM2, DATA)
+    except SpecdecError:  # the model wheel is not installed: its tests say so themselves
+        return store
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(home))
+        converted.convert(Path(ref.source) / ref.gguf_file)
+    return store
 
 
 @pytest.fixture
@@ -70,9 +104,20 @@ def toy_pair():
 
 
 @pytest.fixture(scope="session")
-def smollm2_pair():
+def smollm2_pair(tmp_path_factory, converted_store):
     """The real SmolLM2-135M target with its prompt-lookup draft, loaded once per session."""
-    return load_pair(load_card("smollm2"))
+    with own_cache(tmp_path_factory, converted_store):
+        return load_pair(load_card("smollm2"))
+
+
+@contextmanager
+def own_cache(tmp_path_factory, converted_store):
+    """For a session or module fixture, set up before any test's own cache: one of its own."""
+    home = tmp_path_factory.mktemp("xdg-fixture")
+    link_converted(home, converted_store)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(home))
+        yield
 
 
 def parse_json_lines(text: str) -> list:

@@ -237,30 +237,3 @@ def test_the_exported_command_serves_with_speculation(request, run, monkeypatch,
     with serving(without_speculation(exported), env, tmp_path / "greedy.log") as url:
         greedy = chat(url, settings)["choices"][0]["message"]["content"]
     assert text == greedy, f"speculative and plain greedy differ on {engine}:\n{text!r}\n{greedy!r}"
-
-
-def test_a_converted_folder_holds_the_weights_specdec_computes_with(request, tmp_path, monkeypatch):
-    """The folder vLLM is given for smollm2's GGUF file (python -m specdec_cli.cards.export convert):
-    saved without the GGUF quantizer, float32, and its logits are bitwise those of the model
-    specdec loads from the GGUF file. Writes 0.5 GB (into this test's own cache)."""
-    if not opted_in(request.config):
-        pytest.skip("converts a model (about a minute, 0.5 GB): run with -m engines")
-    import torch
-    import transformers
-
-    from specdec_cli.cards import export as ex
-    from specdec_cli.cards.card import load_card
-
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    gguf = ex.gguf_files(load_card("smollm2"))[0]
-    out = ex.convert(gguf)
-    assert out == tmp_path / "specdec" / "converted" / "SmolLM2-135M-Instruct.Q4_1"
-    config = json.loads((out / "config.json").read_text())
-    assert "quantization_config" not in config and config["dtype"] == "float32"
-    assert (out / "model.safetensors").is_file() and (out / "chat_template.jinja").is_file()
-    ids = torch.tensor([[1, 9690, 198, 2683, 359, 253, 5356, 5646]])
-    folder_lm = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
-    gguf_lm = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    with torch.no_grad():
-        assert torch.equal(folder_lm(ids).logits, gguf_lm(ids).logits)
-    assert ex.convert(gguf) == out  # made once: the second call finds it

@@ -192,10 +192,14 @@ def test_notes_say_what_the_engine_does_differently(run):
            "two greedy texts can part where two tokens are nearly tied" in notes
     assert any(n.startswith("Note: --no-repack: llama-server repacks quantised weights for its CPU kernels, which "
                             "round a several-token verify unlike a one-token step") for n in notes), notes
+    made = run("export", "smollm2", "--engine", "vllm").stderr.splitlines()  # the tests' converted folders
+    given = "Note: target: vLLM is given SmolLM2-135M-Instruct.Q4_1.gguf as a transformers folder, de-quantised to " \
+            "float32 as specdec loads it (vLLM on a CPU loads no GGUF file)"
+    assert given in made
+    places()["converted"].unlink()  # a cache where it was never made
     vllm = run("export", "smollm2", "--engine", "vllm").stderr.splitlines()
-    assert "Note: target: vLLM is given SmolLM2-135M-Instruct.Q4_1.gguf as a transformers folder, de-quantised to " \
-           "float32 as specdec loads it (vLLM on a CPU loads no GGUF file); make it first: python -m " \
-           "specdec_cli.cards.export convert smollm2" in vllm
+    assert given + "; it is made the first time specdec loads the card, or by: python -m specdec_cli.cards.export " \
+                   "convert smollm2" in vllm
     assert any(n.startswith("Note: dtype: auto: exported as --dtype float32, the converted folder's own: vLLM's auto "
                             "would serve it in bfloat16") for n in vllm), vllm
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from tests.conftest import link_converted
 from specdec_cli.cards.card import load_card
 from specdec_cli.files import cache_dir
 from specdec_cli.pair.loading import load_pair
@@ -26,9 +27,10 @@ N = 24  # new tokens: several rounds at k = 4
 
 
 @pytest.fixture(scope="module")
-def qwen_pair(tmp_path_factory):
+def qwen_pair(tmp_path_factory, converted_store):
     """The pair, loaded once, through a throwaway cache that links to the fetched files: the
-    test reads the user's models but writes nothing into the user's cache. Fixed k: the cost
+    test reads the user's models but writes nothing into the user's cache (the converted folders
+    go to the tests' own store, conftest.converted_store: 8 GB, made once). Fixed k: the cost
     schedule would first measure the pair's costs (minutes on a CPU), and the schedule never
     changes the tokens, only how many are drafted."""
     cache = tmp_path_factory.mktemp("pair-cache")
@@ -36,6 +38,7 @@ def qwen_pair(tmp_path_factory):
     models.mkdir(parents=True)
     for s in CARD.sources:
         (models / s.file).symlink_to(MODELS / s.file)
+    link_converted(cache, converted_store)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(cache))
         yield load_pair(replace(CARD, draft=replace(CARD.draft, schedule="fixed")))

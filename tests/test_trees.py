@@ -290,11 +290,13 @@ def test_pinned_tree_rows_of_a_batch_are_bitwise_their_greedy_outputs(bf16_twins
 
 
 @pytest.fixture(scope="module")
-def smollm2_bf16():
+def smollm2_bf16(tmp_path_factory, converted_store):
     from specdec_cli.cards.card import load_card, override
     from specdec_cli.pair.loading import load_pair
+    from tests.conftest import own_cache
 
-    return load_pair(override(load_card("smollm2"), dtype="bfloat16", shapes="pinned"))
+    with own_cache(tmp_path_factory, converted_store):
+        return load_pair(override(load_card("smollm2"), dtype="bfloat16", shapes="pinned"))
 
 
 def test_pinned_trees_on_smollm2_need_their_detours(smollm2_bf16, one_thread, monkeypatch):

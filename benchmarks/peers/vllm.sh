@@ -166,7 +166,7 @@ models() {  # the card's target and `model` draft as vLLM loads them, one a line
 import sys
 from pathlib import Path
 from specdec_cli.cards.card import load_card
-from specdec_cli.cards.export import convert, folder
+from specdec_cli.engine.converted import convert, folder, ready
 from specdec_cli.errors import SpecdecError
 from specdec_cli.engine.models import parse_ref
 card = load_card(sys.argv[1])
@@ -180,7 +180,7 @@ for r in refs:
         print(r.source)
         continue
     gguf = Path(r.source) / r.gguf_file
-    if not (folder(gguf) / "config.json").is_file():
+    if not ready(gguf):
         print(f"vllm: converting {gguf.name} into {folder(gguf)} (once per machine)", file=sys.stderr)
     print(convert(gguf))
 EOF

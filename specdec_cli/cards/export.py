@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 from specdec_cli.drafts import registry as kinds
 from specdec_cli.cards.card import FETCHED, Card
 from specdec_cli.checks import check, choice
+from specdec_cli.engine.converted import convert, folder, is_converted, ready
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import cache_dir
 
@@ -122,8 +122,9 @@ def _converted(card: Card, field: str, gguf: Path, notes: list[str]) -> str:
     from specdec_cli.cards.fetch import card_label
 
     path = folder(gguf)
-    made = "" if (path / "config.json").is_file() else \
-        f"; make it first: python -m specdec_cli.cards.export convert {card_label(card)}"
+    made = "" if ready(gguf) else \
+        f"; it is made the first time specdec loads the card, or by: python -m specdec_cli.cards.export convert " \
+        f"{card_label(card)}"
     notes.append(f"{field}: vLLM is given {gguf.name} as a transformers folder, de-quantised to float32 as specdec "
                  f"loads it (vLLM on a CPU loads no GGUF file){made}")
     return str(path)
@@ -196,45 +197,8 @@ DYNAMIC = {  # each engine's own documented way of varying the draft length, if 
 
 # ---------------------------------------------------------------------------- GGUF files as folders
 # vLLM on a CPU has no GGUF kernels (its GGUF support is CUDA code, in the vllm-gguf-plugin package),
-# so its command names a transformers folder made from the GGUF file: de-quantised by the same
-# transformers and gguf code that de-quantises it when specdec loads the card, saved as float32
-# safetensors with the tokenizer and its chat template. One folder per file, in specdec's cache
-# (converted/<file name less .gguf>), about 4 bytes a parameter (0.5 GB for SmolLM2-135M).
-def folder(gguf: Path) -> Path:
-    """Where the transformers folder converted from `gguf` lives (made or not)."""
-    return cache_dir("converted", gguf.name.removesuffix(".gguf"))
-
-
-def is_converted(path: str) -> bool:
-    return Path(path).parent == cache_dir("converted")
-
-
-def convert(gguf: Path) -> Path:
-    """folder(gguf), converted now unless it is there; it appears whole (one rename) or not at all."""
-    out = folder(gguf)
-    if (out / "config.json").is_file():
-        return out
-    import torch
-    import transformers
-
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    tok = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    # A model loaded from GGUF keeps the GGUF quantizer (hf_quantizer, and quantization_config in
-    # its config) though its weights are plain tensors by now, and save_pretrained refuses it ("The
-    # model is quantized with gguf and is not serializable"). Cleared, it saves float32
-    # safetensors, and the saved config does not send an engine looking for GGUF.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(partial)
-    tok.save_pretrained(partial)  # tokenizer.json, the chat template, the special tokens
-    shutil.rmtree(out, ignore_errors=True)
-    partial.rename(out)
-    return out
-
-
+# so its command names the transformers folder engine/converted.py makes from the GGUF file, the one
+# specdec itself loads in its place.
 def gguf_files(card: Card) -> list[Path]:
     """The card's target and `model` draft that are GGUF files; an error names a missing one."""
     from specdec_cli.engine.models import model_ref
@@ -256,7 +220,7 @@ def main(argv: list[str]) -> int:
         if not files:
             raise SpecdecError(f"{argv[1]}: no GGUF target or draft to convert")
         for gguf in files:
-            if not (folder(gguf) / "config.json").is_file():
+            if not ready(gguf):
                 print(f"converting {gguf.name} into {folder(gguf)} (once)", file=sys.stderr)
             print(convert(gguf))
     except SpecdecError as e:

@@ -27,7 +27,7 @@ import torch
 from specdec_cli.checks import DTYPE_NAMES
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import cache_dir
-from specdec_cli.engine import kernels
+from specdec_cli.engine import converted, kernels
 from specdec_cli.engine.tokenizers import ByteTokenizer, HFTokenizer, ToyTokenizerAdapter
 from specdec_cli.engine.toy_model import ToyLM
 
@@ -151,7 +151,7 @@ def _file_ref(path: Path, ref: str) -> ModelRef:
 
 
 # ---------------------------------------------------------------------------- models
-def _quietly(shape: tuple) -> ContextManager:
+def _quietly(*what) -> ContextManager:
     return nullcontext()
 
 
@@ -324,9 +324,12 @@ def early_exit(lm: HFLM, layers: int) -> HFLM:
 
 
 def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False,
-         revision: str | None = None, toy_vocab: int = 64, toy_seed: int = 0, device_map: str | None = None):
+         revision: str | None = None, toy_vocab: int = 64, toy_seed: int = 0, device_map: str | None = None,
+         on_convert: Callable[[Path, Path], ContextManager] | None = None):
     """Load (model, tokenizer) for a reference. Errors become one-line SpecdecErrors.
 
+    A GGUF file is read through its converted folder (converted.py), made the first time on this
+    machine; `on_convert(gguf, folder)`: a context around that conversion, for the caller to show.
     device_map="auto" (hub, directory and GGUF references; cards.py refuses it for toy and
     random targets): accelerate places the layers over every visible GPU, then CPU, instead of
     `.to(device)`; the model's input device is then its embedding's (HFLM.device)."""
@@ -343,9 +346,8 @@ def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_c
             config = AutoConfig.for_model(**json.loads(Path(ref.source).read_text()))
         except Exception as e:  # malformed JSON, not an object, unknown model_type, bad values
             raise SpecdecError(f"random model config {ref.source}: {first_line(e)}") from None
-    kwargs = dict(trust_remote_code=trust_remote_code, revision=revision)
+    source, kwargs = ref.source, dict(trust_remote_code=trust_remote_code, revision=revision)
     if ref.kind == "gguf":
-        kwargs["gguf_file"] = ref.gguf_file
         _quiet_gguf_progress()
     # The loading boundary: whatever transformers, safetensors, gguf or torch raise here (a
     # truncated file, a missing tokenizer, no network, out of memory) becomes one line.
@@ -354,16 +356,32 @@ def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_c
             torch.manual_seed(0)  # random weights, but the same ones every run
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code).to(device)
             return HFLM(model), ByteTokenizer(model.get_output_embeddings().weight.shape[0])
-        tok = AutoTokenizer.from_pretrained(ref.source, **kwargs)
+        if ref.kind == "gguf" and (made := _converted(Path(ref.source) / ref.gguf_file, on_convert)):
+            source = str(made)
+        elif ref.kind == "gguf":
+            kwargs["gguf_file"] = ref.gguf_file
+        tok = AutoTokenizer.from_pretrained(source, **kwargs)
         # Weights: transformers reads model.safetensors when a checkpoint has one and falls back
         # to pytorch_model.bin only when it has none; .bin goes through torch.load(weights_only=
         # True), which cannot run code. Pinned here so a changed default cannot loosen it.
         placed = {"device_map": device_map} if device_map else {}
-        model = AutoModelForCausalLM.from_pretrained(ref.source, dtype=dtype, weights_only=True, **placed, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, weights_only=True, **placed, **kwargs)
         lm = HFLM(model if device_map else model.to(device))
     except Exception as e:
         raise SpecdecError(f"cannot load model '{name}': {first_line(e)}") from None
     return lm, HFTokenizer(tok)
+
+
+def _converted(gguf: Path, on_convert) -> Path | None:
+    """The folder to load in place of `gguf` (converted.py), made now if it is not ready; None
+    where it cannot be kept (a full disk, a read-only cache): the file itself is loaded then."""
+    if made := converted.ready(gguf):
+        return made
+    with (on_convert or _quietly)(gguf, converted.folder(gguf)):
+        try:
+            return converted.convert(gguf)
+        except OSError:
+            return None
 
 
 def first_line(e: BaseException) -> str:

@@ -42,6 +42,7 @@ class Pair:
     remeasure: bool = False  # ignore a cached cost profile once
     target_name: str | None = None  # the file or hub id the target was loaded from (the cost profile's key)
     policy: kernels.ForwardPolicy = field(default_factory=lambda: kernels.ForwardPolicy("free", "off"))
+    on_convert: object = None  # load_pair's: shown around a model draft's first GGUF load too
 
     @property
     def shapes(self) -> str:
@@ -93,7 +94,7 @@ class Pair:
     def load_model(self, ref: ModelRef, dtype: torch.dtype, revision: str | None = None):
         """(model, tokenizer) of another model beside the target (a model draft's): on the
         target's device, under the card's trust_remote_code."""
-        return load(ref, self.device, dtype, self.card.trust_remote_code, revision)
+        return load(ref, self.device, dtype, self.card.trust_remote_code, revision, on_convert=self.on_convert)
 
     def cost_profile(self, drafts: tuple = (), widths: int = cost_model.MIN_WIDTHS) -> cost_model.CostProfile:
         """The target's verify cost curve (n = 1..widths) and each draft's cost per proposed
@@ -329,21 +330,22 @@ def source_name(ref: ModelRef) -> str:
     return str(Path(ref.source) / ref.gguf_file) if ref.gguf_file else ref.source
 
 
-def load_pair(card: Card, on_compile=None) -> Pair:
+def load_pair(card: Card, on_compile=None, on_convert=None) -> Pair:
     """The card's target, tokenizer and draft, loaded; `on_compile`: a context around each compile
-    of a decode forward shape (decoding.compile; HFLM.configure), for the caller to show."""
+    of a decode forward shape (decoding.compile; HFLM.configure), `on_convert`: one around the
+    first load of a GGUF file on this machine (models.load), for the caller to show."""
     target_ref = check_before_load(card)
     device = resolve_device(card.device)
     dtype = resolve_dtype(card.dtype, device)
     # device_map: auto spreads the target over the GPUs; the draft then goes to target.device,
     # the first of them (where the embedding, and so every input, lives)
     target, tokenizer = load(target_ref, device, dtype, card.trust_remote_code, card.revision,
-                             device_map=card.device_map)
+                             device_map=card.device_map, on_convert=on_convert)
     policy = forward_policy(card, target, dtype, on_compile)
     if card.chat_template is True and not tokenizer.has_chat_template():
         raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")
     chat = tokenizer.has_chat_template() if card.chat_template == "auto" else card.chat_template
     pair = Pair(card, target, tokenizer, None, eos_ids(target, tokenizer), chat, target.device, dtype,
-                target_name=source_name(target_ref), policy=policy)
+                target_name=source_name(target_ref), policy=policy, on_convert=on_convert)
     pair.draft = build_draft(card.draft, pair)
     return pair

@@ -27,7 +27,7 @@ def load(card_name: str, drafts: tuple = (), remeasure: bool = False, batch: int
                   f"{' and '.join(repos)} may run on this machine while loading. Use only repositories you trust.",
                   markup=False, highlight=False, soft_wrap=True)
     with err.status(f"Loading {card.target} and its {card.draft.label()} draft…"):
-        pair = load_pair(card, on_compile=compiling)
+        pair = load_pair(card, on_compile=compiling, on_convert=converting)
     pair.remeasure = remeasure
     err.print(f"[dim]card {card.name}: target {card.target} · draft {pair.draft.name} · "
               f"{pair.device} {pair.dtype_name}{pair.tree_note}[/]", highlight=False)
@@ -48,3 +48,22 @@ def compiling(shape: tuple):
     start = time.perf_counter()
     yield
     err.print(f"compiled in {time.perf_counter() - start:.1f} s", style="dim", highlight=False)
+
+
+@contextmanager
+def converting(gguf, folder):
+    """Lines on stderr around the first load of a GGUF file on this machine: it is de-quantised
+    into a folder in the cache (engine/converted.py) that later loads read in seconds."""
+    from specdec_cli.engine.converted import ready
+
+    err.print(escape(f"first load of {gguf.name} on this machine: keeping it de-quantised to float32 in "
+                     f"{folder} (about 4 bytes a parameter) so that later loads take seconds…"),
+              style="dim", highlight=False, soft_wrap=True)
+    start = time.perf_counter()
+    yield
+    if ready(gguf):
+        size = sum(f.stat().st_size for f in folder.iterdir()) / 1e9
+        err.print(f"converted in {time.perf_counter() - start:.1f} s ({size:.1f} GB)", style="dim", highlight=False)
+    else:
+        err.print(escape(f"could not write {folder}; {gguf.name} is read from the file itself, as slowly "
+                         "as before, until the cache has room"), style="dim", highlight=False, soft_wrap=True)
