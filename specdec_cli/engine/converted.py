@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import nullcontext
 from pathlib import Path
 
 from specdec_cli.files import cache_dir
@@ -78,9 +79,22 @@ def convert(gguf: Path) -> Path:
         del model
         shutil.rmtree(out, ignore_errors=True)  # a stale folder (another file, another transformers)
         os.rename(partial, out)
-    except OSError:
+    except BaseException as e:
         shutil.rmtree(partial, ignore_errors=True)
-        if made := ready(gguf):  # another process renamed its folder first
+        if isinstance(e, OSError) and (made := ready(gguf)):  # another process renamed its folder first
             return made
         raise
     return out
+
+
+def read_as(gguf: Path, on_convert=None) -> Path | None:
+    """The folder a load reads in place of `gguf`, made now if it is not ready (`on_convert(gguf,
+    folder)`: a context around that, for the caller to show); None where it cannot be kept (a
+    full disk, a read-only cache): the file itself is loaded then."""
+    if made := ready(gguf):
+        return made
+    with (on_convert or (lambda *_: nullcontext()))(gguf, folder(gguf)):
+        try:
+            return convert(gguf)
+        except OSError:
+            return None

@@ -356,7 +356,7 @@ def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_c
             torch.manual_seed(0)  # random weights, but the same ones every run
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code).to(device)
             return HFLM(model), ByteTokenizer(model.get_output_embeddings().weight.shape[0])
-        if ref.kind == "gguf" and (made := _converted(Path(ref.source) / ref.gguf_file, on_convert)):
+        if ref.kind == "gguf" and (made := converted.read_as(Path(ref.source) / ref.gguf_file, on_convert)):
             source = str(made)
         elif ref.kind == "gguf":
             kwargs["gguf_file"] = ref.gguf_file
@@ -370,18 +370,6 @@ def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_c
     except Exception as e:
         raise SpecdecError(f"cannot load model '{name}': {first_line(e)}") from None
     return lm, HFTokenizer(tok)
-
-
-def _converted(gguf: Path, on_convert) -> Path | None:
-    """The folder to load in place of `gguf` (converted.py), made now if it is not ready; None
-    where it cannot be kept (a full disk, a read-only cache): the file itself is loaded then."""
-    if made := converted.ready(gguf):
-        return made
-    with (on_convert or _quietly)(gguf, converted.folder(gguf)):
-        try:
-            return converted.convert(gguf)
-        except OSError:
-            return None
 
 
 def first_line(e: BaseException) -> str:

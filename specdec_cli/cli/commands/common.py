@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from functools import partial
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,8 +27,8 @@ def load(card_name: str, drafts: tuple = (), remeasure: bool = False, batch: int
         err.print(f"Warning: card {card.name} sets trust_remote_code: true: Python code shipped with "
                   f"{' and '.join(repos)} may run on this machine while loading. Use only repositories you trust.",
                   markup=False, highlight=False, soft_wrap=True)
-    with err.status(f"Loading {card.target} and its {card.draft.label()} draft…"):
-        pair = load_pair(card, on_compile=compiling, on_convert=converting)
+    with err.status(f"Loading {card.target} and its {card.draft.label()} draft…") as status:
+        pair = load_pair(card, on_compile=compiling, on_convert=partial(converting, status))
     pair.remeasure = remeasure
     err.print(f"[dim]card {card.name}: target {card.target} · draft {pair.draft.name} · "
               f"{pair.device} {pair.dtype_name}{pair.tree_note}[/]", highlight=False)
@@ -51,19 +52,21 @@ def compiling(shape: tuple):
 
 
 @contextmanager
-def converting(gguf, folder):
-    """Lines on stderr around the first load of a GGUF file on this machine: it is de-quantised
-    into a folder in the cache (engine/converted.py) that later loads read in seconds."""
+def converting(status, gguf, folder):
+    """The first load of a GGUF file on this machine: the status line says why it takes a while
+    (it is de-quantised into a folder in the cache: engine/converted.py), and a line on stderr
+    what was kept. A file that fails to load adds nothing to its one Error line."""
     from specdec_cli.engine.converted import ready
 
-    err.print(escape(f"first load of {gguf.name} on this machine: keeping it de-quantised to float32 in "
-                     f"{folder} (about 4 bytes a parameter) so that later loads take seconds…"),
-              style="dim", highlight=False, soft_wrap=True)
+    status.update(f"Loading {gguf.name} for the first time on this machine: de-quantising it to float32 "
+                  f"into {folder}, once…")
     start = time.perf_counter()
     yield
     if ready(gguf):
         size = sum(f.stat().st_size for f in folder.iterdir()) / 1e9
-        err.print(f"converted in {time.perf_counter() - start:.1f} s ({size:.1f} GB)", style="dim", highlight=False)
+        err.print(escape(f"kept {gguf.name} de-quantised to float32 in {folder} ({size:.1f} GB, "
+                         f"{time.perf_counter() - start:.1f} s): later loads read it in seconds"),
+                  style="dim", highlight=False, soft_wrap=True)
     else:
         err.print(escape(f"could not write {folder}; {gguf.name} is read from the file itself, as slowly "
                          "as before, until the cache has room"), style="dim", highlight=False, soft_wrap=True)
