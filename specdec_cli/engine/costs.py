@@ -29,7 +29,7 @@ from specdec_cli.engine.cost_profile import BUSY_SPREAD, CHECKED_STEP_S, CostPro
 from specdec_cli.engine.kvcache import KVCache, capacity_for
 from specdec_cli.files import cache_dir, write_text_atomic
 
-VERSION = 8  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too; 7: padded widths; 8: spread)
+VERSION = 9  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too; 7: padded widths; 8: spread; 9: one world of forms, plain or packed)
 PROBE_REPEATS = 5  # timed forwards per width; the median is kept (see forward_seconds)
 MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
 SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 3 tries per width
@@ -152,30 +152,31 @@ FORMS = ("linear", "weight_major", "packed")
 
 
 def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], list[int]]:
-    """For every width n = 1..widths (the greedy step's too), the matmul form the target's [1, n]
-    forward is fastest in: F.linear unless W @ xᵀ or oneDNN's prepacked weights (where they run)
-    measured at least 3 % faster, the forms timed in turn (kernels.py); timing leaves every
-    form as it was (profile() switches the choice on). Returns (weight-major widths, packed
-    widths); ([], []) for a target without the switch (a GPU, a toy). matmuls all / packed:
-    every width in that form, untimed (an exactness audit)."""
+    """The matmul forms of the target's [1, n] forwards, n = 1..widths (the greedy step's too),
+    from timing each width in each form in turn (kernels.py), as one of two worlds, so that
+    memory holds one copy of each weight: the plain weights, each width in F.linear unless
+    W @ xᵀ measured at least 3 % faster; or, where oneDNN's prepacked weights measured at least
+    3 % faster than that across the widths (geometric mean of the ratios), every forward
+    prepacked and the plain weights freed. Timing leaves every form as it was (profile() switches
+    the choice on). Returns (weight-major widths, packed widths: all or none); ([], []) for a
+    target without the switch (a GPU, a toy). matmuls all / packed: every width in that form,
+    untimed (an exactness audit)."""
     switch = getattr(target, "forms", None)
     if switch is None:
         return [], []
     every = list(range(1, widths + 1))
-    packs = kernels.can_pack(target.model)
-    if switch.mode in ("all", "packed"):
-        major, packed = (every, []) if switch.mode == "all" or not packs else ([], every)
-    else:
-        offered = FORMS if packs else FORMS[:2]
-        jobs = [(target, n, form) for n in every for form in offered]
-        seconds = dict(zip([(n, form) for _, n, form in jobs], forward_seconds(jobs, context)))
-        best = {n: min(offered, key=lambda form: seconds[n, form]) for n in every}
-        best = {n: form if seconds[n, form] < 0.97 * seconds[n, "linear"] else "linear" for n, form in best.items()}
-        major = [n for n in every if best[n] == "weight_major"]
-        packed = [n for n in every if best[n] == "packed"]
-    if not packed and not any(key[0] > 1 for key in switch.packed):
+    if switch.whole or switch.mode in ("all", "packed"):
+        return (every, []) if switch.mode == "all" else ([], every)
+    offered = FORMS if kernels.can_pack(target.model) else FORMS[:2]
+    jobs = [(target, n, form) for n in every for form in offered]
+    seconds = dict(zip([(n, form) for _, n, form in jobs], forward_seconds(jobs, context)))
+    plain = {n: "weight_major" if seconds[n, "weight_major"] < 0.97 * seconds[n, "linear"] else "linear" for n in every}
+    if "packed" in offered and statistics.geometric_mean(
+            [seconds[n, "packed"] / seconds[n, plain[n]] for n in every]) < 0.97:
+        return [], every
+    if not any(key[0] > 1 for key in switch.packed):
         switch.unpack()  # copies made while timing, not chosen
-    return major, packed
+    return [n for n in every if plain[n] == "weight_major"], []
 
 
 def probe_ids(target, length: int) -> list[int]:

@@ -4,12 +4,17 @@
 (`forward_policy`): `shapes` (pinned: every decode-phase forward [rows, W] over a fixed KV buffer,
 bitwise-exact in any dtype; free: [rows, d+1], the least work; kvcache.py) and `matmuls`, how a CPU
 float32 target's linear layers compute few-token products:
-    measure  the cost profile times each forward shape in every form and keeps the fastest
+    measure  the cost profile times each forward shape in every form and keeps the fastest world:
+             the plain weights (F.linear or W @ xᵀ per width) or, where oneDNN's prepacked weights
+             are faster across the widths, those for every forward and the plain ones freed; never
+             both copies (after the first, measuring run on a machine)
     off      torch's F.linear everywhere
     all      W @ xᵀ at every width 1..k+1 (the greedy step's too) and every batched [rows, n >= 2],
              untimed (an exactness audit of that form)
     packed   oneDNN's prepacked weights for every forward, prefill included, untimed (likewise); the
-             plain weights are then freed (every linear layer's but the LM head's): one copy in memory
+             plain weights are then freed: one copy in memory
+The LM head keeps its plain weight and never takes the prepacked form (a tied embedding or a
+features draft reads that weight: a packed copy would be a second one).
 The forms: F.linear (x @ Wᵀ), weight-major (W @ xᵀ)ᵀ, which streams the weights once, and
 oneDNN's prepacked weights (one of the packed forms torch.compile's CPU backend can run). Which wins
 depends on the machine, the shapes and the row count, so nothing is assumed (docs/kernels.md
@@ -36,7 +41,8 @@ class WeightMajor:
     """Which forwards' linear layers leave F.linear, by the forward's exact shape: `widths`, the
     n of a one-row forward [1, n] that compute W @ xᵀ; `rectangles`, the (rows, n) of a batched
     one [rows, n] that do; `packed`, the (rows, n) that take oneDNN's prepacked weights (kept in
-    `packs`, one per layer, made on first use). While `paused` (a prefill) none do."""
+    `packs`, one per layer, made on first use). While `paused` (a prefill) none do. Once `whole`
+    (pack_all: the plain weights are freed), every forward takes the prepacked weights."""
 
     def __init__(self, mode: str = "measure") -> None:
         self.mode = mode  # ForwardPolicy.matmuls
@@ -45,6 +51,8 @@ class WeightMajor:
         self.packed: frozenset[tuple[int, int]] = frozenset()
         self.packs: dict[torch.nn.Linear, torch.Tensor] = {}
         self.paused = False
+        self.whole = False
+        self.layers: list[SwitchedLinear] = []  # the layers that ask this switch (install)
 
     @staticmethod
     def shape(x: torch.Tensor) -> tuple[int, int]:
@@ -54,7 +62,7 @@ class WeightMajor:
 
     def takes(self, x: torch.Tensor) -> bool:
         """Whether x's forward leaves F.linear (for W @ xᵀ or the prepacked weights)."""
-        if self.mode == "packed":  # every forward, a prefill too: the plain weights are gone (pack_all)
+        if self.whole:  # every forward, a prefill too: the plain weights are gone (pack_all)
             return True
         if self.paused:
             return False
@@ -63,7 +71,7 @@ class WeightMajor:
 
     def form(self, rows: int, n: int) -> str:
         """The form a [rows, n] forward takes: linear (F.linear), weight_major or packed."""
-        if self.mode == "packed" or (rows, n) in self.packed:
+        if self.whole or (rows, n) in self.packed:
             return "packed"
         return "weight_major" if (n in self.widths if rows == 1 else (rows, n) in self.rectangles) else "linear"
 
@@ -97,9 +105,12 @@ class WeightMajor:
 
     def use(self, weight_major: list[int], packed: list[int]) -> None:
         """One-row forwards [1, n] switched on as a profile chose (every other one-row width
-        back to F.linear; batched rectangles untouched)."""
+        back to F.linear; batched rectangles untouched). Packed widths mean the packed world
+        (costs.choose_forms): every forward prepacked, the plain weights freed (pack_all)."""
         self.widths = frozenset(weight_major)
         self.packed = frozenset(key for key in self.packed if key[0] > 1) | {(1, n) for n in packed}
+        if packed:
+            self.pack_all()
 
     def use_rectangles(self, weight_major: set, packed: set) -> None:
         """Batched forwards [rows, n] switched on as a profile chose (added to those already on)."""
@@ -112,18 +123,18 @@ class WeightMajor:
         return self.packs[layer]
 
     def unpack(self) -> None:
-        """Free the prepacked copies (a measurement that did not choose them; in packed mode they
+        """Free the prepacked copies (a measurement that did not choose them; once `whole` they
         are the only copies, and stay)."""
-        if self.mode != "packed":
+        if not self.whole:
             self.packs.clear()
 
-    def pack_all(self, model: torch.nn.Module) -> None:
-        """Packed mode: pack every linear layer now and free its plain weight (left as an empty
-        tensor of the same dtype and device), but the LM head's, which a tied embedding or a
-        features draft reads."""
-        head = model.get_output_embeddings()
-        for layer in model.modules():
-            if type(layer) is SwitchedLinear and layer is not head and layer.weight.numel():
+    def pack_all(self) -> None:
+        """Every forward prepacked from now on: each layer packed (but the LM head) and its plain
+        weight freed at once (left as an empty tensor of the same dtype and device), so memory
+        holds one copy of each weight, and never two of all of them."""
+        self.whole = True
+        for layer in self.layers:
+            if layer.packable and layer.weight.numel():
                 self.pack(layer)
                 layer.weight = torch.nn.Parameter(layer.weight.new_empty(0), requires_grad=False)
 
@@ -141,12 +152,14 @@ def can_pack(model: torch.nn.Module) -> bool:
 
 class SwitchedLinear(torch.nn.Linear):
     """An nn.Linear whose forward asks the policy's switch which form to compute in. It shares
-    the original layer's weight and bias (tied weights stay tied)."""
+    the original layer's weight and bias (tied weights stay tied). `packable`: False for the LM
+    head, which keeps its plain weight (module doc)."""
 
-    def __init__(self, layer: torch.nn.Linear, switch: WeightMajor):
+    def __init__(self, layer: torch.nn.Linear, switch: WeightMajor, packable: bool = True):
         torch.nn.Module.__init__(self)
         self.in_features, self.out_features = layer.in_features, layer.out_features
-        self.weight, self.bias, self.switch = layer.weight, layer.bias, switch
+        self.weight, self.bias, self.switch, self.packable = layer.weight, layer.bias, switch, packable
+        switch.layers.append(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _linear(self, self.switch, x)
@@ -157,12 +170,16 @@ def install(model: torch.nn.Module, mode: str = "measure") -> WeightMajor:
     surgery, as quantize_dynamic does: no method of a layer is rebound). With no widths set,
     that is F.linear exactly."""
     switch = WeightMajor(mode)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear:  # not the int8 or other subclasses
-                setattr(parent, name, SwitchedLinear(child, switch))
+                setattr(parent, name, SwitchedLinear(child, switch, packable=child is not head))
             elif type(child) is SwitchedLinear:  # installed before: the new switch decides now
                 child.switch = switch
+                switch.layers.append(child)
+    if mode == "packed":
+        switch.pack_all()
     return switch
 
 
@@ -226,7 +243,7 @@ def compile_cache() -> Path:
 def _linear(layer: torch.nn.Linear, switch: WeightMajor, x: torch.Tensor) -> torch.Tensor:
     if not switch.takes(x):
         return F.linear(x, layer.weight, layer.bias)
-    if switch.form(*switch.shape(x)) == "packed":  # x: [rows, n, in] -> [rows, n, out]
+    if switch.form(*switch.shape(x)) == "packed" and layer.packable:  # x: [rows, n, in] -> [rows, n, out]
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), switch.pack(layer), layer.bias, "none", [], "")
     rows = x.numel() // x.shape[-1]  # x: [..., in]; rows of the matmul = tokens in this forward (batch included)
     flat = x.reshape(rows, x.shape[-1]).t()  # [in, rows], a view

@@ -209,9 +209,7 @@ class HFLM:
             self._compiled = kernels.compiled(self.model)
             self._compiling = on_compile or _quietly
         elif matmuls != "off":
-            switch = kernels.install(self.model, matmuls)  # F.linear until the cost profile chooses
-            if matmuls == "packed":
-                switch.pack_all(self.model)
+            switch = kernels.install(self.model, matmuls)  # F.linear until the cost profile chooses (packed: now)
         self._policy = kernels.ForwardPolicy(shapes, matmuls if switch is not None else "off", switch, compile)
         return self._policy
 

@@ -70,23 +70,24 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
     """Seconds of one [rows, n] verify (n = 1..widths) after `context` in every row, through
     KVCache as the loop runs it: the median of `repeats` tries after a warm-up (as
     costs.forward_seconds). With the target's switch (kernels.py), each speculative rectangle
-    (n >= 2) is timed in every form it can take and the fastest kept (under
-    matmuls all every one W @ xᵀ, under packed every one prepacked, untimed); n = 1,
-    the batched greedy step, stays F.linear. Returns (seconds per n, the n that take W @ xᵀ,
-    the n that take the prepacked weights). Prepacked copies not chosen are freed."""
+    (n >= 2) is timed in each form of the target's world (costs.choose_forms: F.linear or W @ xᵀ
+    on the plain weights; the prepacked weights once those are all there is) and the fastest
+    kept (under matmuls all every one W @ xᵀ, untimed); n = 1, the batched greedy step, stays
+    F.linear in the plain world. Returns (seconds per n, the n that take W @ xᵀ, the n that take
+    the prepacked weights)."""
     from specdec_cli.engine.costs import _sync
 
     switch = getattr(target, "forms", None)
-    offered = FORMS if switch is not None and target.can_pack() else FORMS[:2]
-    forced = {"all": "weight_major", "packed": "packed"}.get(switch.mode if switch is not None else "off")
-    forms = {n: ("linear",) if switch is None or n == 1 else (forced,) if forced else offered
+    whole = switch is not None and switch.whole
+    offered = FORMS[:2]
+    forced = "packed" if whole else {"all": "weight_major"}.get(switch.mode if switch is not None else "off")
+    forms = {n: ("linear",) if switch is None or (n == 1 and not whole) else (forced,) if forced else offered
              for n in range(1, widths + 1)}
     cache = cache_for(target, rows=rows, capacity=capacity_for(target, len(context) + widths))  # compiled: fixed
     cache.warm(range(1, widths + 1))  # decoding.compile: each [rows, n] compiles before it is timed
     for _ in range(rows):
         cache.add(context)
     times = {(n, form): [] for n in forms for form in forms[n]}
-    packed_before = switch is not None and bool(switch.packed)
     for _ in range(repeats + 1):
         for n, form in times:
             with switch.trying(rows, n, form) if switch is not None else contextlib.nullcontext():
@@ -97,8 +98,6 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
                 times[n, form].append(time.perf_counter() - start)
                 cache.keep([0] * rows)
     best = {n: min(forms[n], key=lambda form: statistics.median(times[n, form][1:])) for n in forms}
-    if switch is not None and "packed" not in best.values() and not packed_before:
-        switch.unpack()
     return ([statistics.median(times[n, best[n]][1:]) for n in forms],
             [n for n in forms if best[n] == "weight_major"], [n for n in forms if best[n] == "packed"])
 
