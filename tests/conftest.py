@@ -56,7 +56,8 @@ def converted_store(request, tmp_path_factory):
 
     from specdec_cli.errors import SpecdecError
 
-    store = request.config.cache.mkdir("specdec-converted")
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: this session's own
+    store = cache.mkdir("specdec-converted") if cache is not None else tmp_path_factory.mktemp("specdec-converted")
     home = tmp_path_factory.mktemp("xdg-store")
     link_converted(home, store)
     try:

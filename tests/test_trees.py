@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_cli.drafts.features_draft import comb
+from specdec_cli.loop.tree import comb
+from specdec_cli.drafts.model_draft import ModelDraft, _agreed
 from specdec_cli.drafts.lookup_draft import PromptLookupDraft, trie
 from specdec_cli.engine.kvcache import KVCache, SerialCache
 from specdec_cli.engine.models import HFLM
@@ -169,6 +170,46 @@ def test_speculative_with_trees_equals_greedy_and_keeps_off_chain_paths(twins):
     assert sum(r.accepted == 2 for r in result.rounds) >= 10  # off-chain paths of two kept
     assert {(r.drafted, r.depth) for r in result.rounds if r.drafted == 3} == {(3, 2)}  # 3 nodes, 2 deep
     assert len(result.stats.drafted_at) == 2  # acceptance by position counts a tree's depth, not its nodes
+
+
+class CheckedModelDraft(ModelDraft):
+    """A model draft whose every tree round checks its drafted chain against a fresh draft's on
+    the same tokens (its KV cache kept only what the kept path and its own chain share), and
+    counts the rounds whose kept path left its chain for a sibling."""
+
+    def __init__(self, lm, vocab):
+        super().__init__(lm, vocab)
+        self.rounds = self.off_chain = 0
+
+    def propose_tree(self, tokens, k):
+        fresh = ModelDraft(self.lm, self.shared_vocab)
+        fresh.begin(tokens)
+        expected = fresh.propose(tokens, k)
+        out = super().propose_tree(tokens, k)
+        assert self.chain is None or torch.equal(self.chain, expected), (self.chain, expected)
+        self.rounds += bool(out[0].shape[0])
+        return out
+
+    def update(self, tokens, accepted, new=None, features=None):
+        if self.chain is not None and accepted:
+            self.off_chain += _agreed(self.chain, tokens[self.base:self.base + accepted]) < accepted
+        super().update(tokens, accepted, new, features)
+
+
+def test_a_model_draft_proposes_trees_and_keeps_its_cache_after_off_chain_paths(twins):
+    """The noisy twin as a model draft, with trees: the output is greedy's; its chain's unlikely
+    tails give way to its second choices (trees narrower than deep chains); after a round whose
+    kept path took a sibling, the draft's cache holds only what it shares with that path (its
+    next chain is a fresh draft's)."""
+    target, noisy = twins
+    prompt = list(range(3, 15))
+    greedy = greedy_decode(target, prompt, 48, frozenset()).tokens
+    draft = CheckedModelDraft(noisy, target.vocab_size)
+    result = speculative_decode(target, draft, prompt, 4, 48, frozenset(), trees=True)
+    assert result.tokens == greedy
+    assert draft.rounds == len([r for r in result.rounds if r.drafted]) > 5
+    assert any(r.depth is not None and r.depth < r.drafted for r in result.rounds)  # real trees
+    assert draft.off_chain >= 1
 
 
 def test_trees_only_where_asked_and_where_the_forward_can_hold_them(twins):

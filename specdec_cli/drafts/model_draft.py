@@ -9,6 +9,7 @@ import torch
 
 from specdec_cli.engine.kvcache import to_device
 from specdec_cli.loop.protocol import Draft
+from specdec_cli.loop.tree import comb
 
 
 class ModelDraft(Draft):
@@ -23,10 +24,13 @@ class ModelDraft(Draft):
 
     runs_model = True  # step_seconds: one 1-token forward of its model
     samples = True  # propose_sampled draws from its own warped distribution
+    trees = True  # propose_tree: its greedy chain and, where it is unsure, its next choices beside it
+    SIBLINGS = 3  # tokens ranked per depth for a tree: the chain's and 2 others
 
     def __init__(self, lm, shared_vocab: int, name: str = "model"):
         self.lm, self.shared_vocab, self.name = lm, shared_vocab, name
         self.forwards = 0
+        self.chain: torch.Tensor | None = None  # a tree round's drafted chain (update keeps its agreed prefix)
 
     @property
     def window(self) -> int | None:
@@ -39,21 +43,38 @@ class ModelDraft(Draft):
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
         return self._propose(tokens, k, None, None)[0]
 
+    def propose_tree(self, tokens: list[int], k: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+        """Its greedy chain of k and, at each depth, its next likeliest tokens as leaves beside
+        it: the k nodes of highest cumulative draft probability (loop/tree.comb, as the features
+        head; no extra forward: the siblings' logits are the chain's). Where the draft is sure,
+        the tree is the chain; where its second choice is likely, that branch replaces the
+        chain's unlikely tail."""
+        logits = []
+        chain = self._propose(tokens, k, None, None, logits)[0]
+        if not chain.shape[0]:
+            return chain, ()
+        self.chain = chain
+        ids = torch.arange(self.shared_vocab, device=chain.device)
+        return comb(chain, torch.stack(logits).float().log_softmax(-1), k, ids, self.SIBLINGS)
+
     def propose_sampled(self, tokens: list[int], k: int, warp, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
         """As propose, but each token is drawn from the draft's warped distribution q over the
         shared vocabulary; returns (tokens [d], q [d, shared_vocab])."""
         return self._propose(tokens, k, warp, generator)
 
-    def _propose(self, tokens: list[int], k: int, warp, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _propose(self, tokens: list[int], k: int, warp, generator,
+                 logits_out: list | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         from specdec_cli.loop.sampling import sample
 
-        self.base, self.k = len(tokens), k
+        self.base, self.k, self.chain = len(tokens), k, None
         if k == 0:
             return self.pending[:0], None
         ids = self.pending[None]  # [1, S] the uncached tail
         out, qs = [], []
         for _ in range(k):
             logits = self.lm.forward(ids, self.cache, keep=1)[-1, : self.shared_vocab]  # [V]
+            if logits_out is not None:
+                logits_out.append(logits)
             if warp is None:
                 token = logits.argmax().view(1)  # greedy; stays on device: no host sync while drafting
             else:
@@ -70,8 +91,10 @@ class ModelDraft(Draft):
         if self.k == 0:  # nothing proposed: the draft is simply further behind
             self.pending = torch.cat([self.pending, _on(new, tokens, self.base, self.lm.device)])
             return
-        # Proposals 1..accepted are now part of `tokens`; the rest of the cache is stale.
-        keep = min(self.cached, self.base + min(accepted, self.k - 1))
+        # Proposals 1..accepted are now part of `tokens`; the rest of the cache is stale. After a
+        # tree, the kept path leaves the drafted chain where it took a sibling.
+        agreed = accepted if self.chain is None else _agreed(self.chain, tokens[self.base:self.base + accepted])
+        keep = min(self.cached, self.base + min(agreed, self.k - 1))
         self.cache.crop(keep - self.cached)  # crop(0) still trims sliding-window layers
         self.cached = keep
         fresh = _on(new, tokens, self.base, self.lm.device)  # tokens[base:]
@@ -82,6 +105,12 @@ class ModelDraft(Draft):
         from specdec_cli.engine.costs import forward_seconds
 
         return forward_seconds([(self.lm, 1)], context)[0]
+
+
+def _agreed(chain: torch.Tensor, kept: list[int]) -> int:
+    """How many of the round's kept tokens are the drafted chain's, from its start."""
+    drafted = chain[: len(kept)].tolist()
+    return next((i for i, (a, b) in enumerate(zip(drafted, kept)) if a != b), len(drafted))
 
 
 def _on(new: torch.Tensor | None, tokens: list[int], base: int, device) -> torch.Tensor:

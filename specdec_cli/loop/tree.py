@@ -73,3 +73,26 @@ def walk(choice: torch.Tensor, proposal: Proposal) -> tuple[torch.Tensor, torch.
     end = torch.where(kept, depth, -1).argmax()  # siblings are distinct: one kept path
     path = torch.where(family[end], depth, s).argsort(stable=True)  # its slots by depth, first
     return depth[end], choice[path], path
+
+
+def comb(chain: torch.Tensor, logp: torch.Tensor, k: int, ids: torch.Tensor, width: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """(tokens, parents): the k nodes of highest cumulative log-probability among the chain's
+    tokens (chain [D], the draft's argmax at each depth; logp [D, N] its log-probabilities over
+    the draft vocabulary, `ids` mapping a row to a target id) and, at each depth, the next
+    width - 1 tokens beside it as leaves. A chain node scores at least its children do, so the
+    kept chain is a prefix and every kept leaf's parent is kept; it is laid out first (slots
+    1..c), the leaves after it (a leaf at depth j hangs on slot j)."""
+    top = logp.topk(min(width, logp.shape[1]), -1)
+    first = logp.argmax(-1)  # the rows the chain took (argmax's tie-break, not topk's)
+    picked = logp.gather(1, first[:, None])[:, 0].tolist()
+    values, rows, first = top.values.tolist(), top.indices.tolist(), first.tolist()  # to the host
+    nodes, run = [], 0.0  # (score, depth, rank, row): rank 0 is the chain's
+    for j in range(len(first)):
+        nodes += [(run + v, j, 1, r) for v, r in zip(values[j], rows[j]) if r != first[j]][: width - 1]
+        run += picked[j]
+        nodes.append((run, j, 0, first[j]))
+    kept = sorted(nodes, key=lambda n: (-n[0], n[1], n[2]))[:k]
+    depth = sum(1 for n in kept if n[2] == 0)
+    leaves = [n for n in kept if n[2] == 1]
+    tokens = torch.cat([chain[:depth], ids[torch.tensor([n[3] for n in leaves], dtype=torch.long, device=ids.device)]])
+    return tokens, tuple(range(depth)) + tuple(n[1] for n in leaves)
