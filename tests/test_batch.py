@@ -157,12 +157,15 @@ def test_rectangle_seconds_times_every_width_on_a_real_batch(twins):
     assert len(seconds) == 4 and all(s > 0 for s in seconds) and major == packed == []  # no switch installed
 
 
-def test_rectangle_seconds_times_each_form_of_the_world_only_for_speculative_rectangles(twins, monkeypatch):
-    """With the plain weights, each [rows, n >= 2] rectangle is timed in F.linear and W @ xᵀ (the
-    switch holds (rows, n) in `rectangles` while W @ xᵀ is timed, and is restored after), never
-    prepacked: that would be a second copy of the weights (costs.choose_forms); n = 1 stays
-    F.linear. Under matmuls: all every such n is W @ xᵀ; once the prepacked weights are all there
-    is (the packed world), every one is prepacked, untimed."""
+def test_rectangle_seconds_times_each_form_and_keeps_one_world(twins, monkeypatch):
+    """Each [rows, n >= 2] rectangle is timed in the three forms (the switch holds (rows, n) in
+    `rectangles` while W @ xᵀ is timed, in `packed` while the prepacked weights are, and is
+    restored after), the batched greedy step (n = 1) in F.linear and prepacked; the answer is one
+    world: W @ xᵀ where faster and nothing prepacked (the copies timed are freed), or every n
+    prepacked (a fake timer decides). Under matmuls: all every such n is W @ xᵀ; once the weights
+    are prepacked every n is, untimed."""
+    from specdec_cli.loop import batch as batch_mod
+
     target, _ = twins
     lm = HFLM(target.model)
     lm.configure('free', 'measure')
@@ -176,36 +179,69 @@ def test_rectangle_seconds_times_each_form_of_the_world_only_for_speculative_rec
 
     monkeypatch.setattr(lm.model, "forward", spy)
     seconds, major, packed = rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)
-    assert len(seconds) == 4 and packed == [] and set(major) <= {2, 3, 4}
-    assert lm.forms.widths == {2} and lm.forms.rectangles == lm.forms.packed == frozenset() and not lm.forms.packs
+    assert len(seconds) == 4 and packed in ([], [1, 2, 3, 4]) and (not packed or not major) and set(major) <= {2, 3, 4}
+    assert lm.forms.widths == {2} and lm.forms.rectangles == lm.forms.packed == frozenset()
+    assert bool(lm.forms.packs) == bool(packed)  # kept only when chosen
     for n in (2, 3, 4):
-        assert ({(3, n)}, frozenset()) in seen and (frozenset(), frozenset()) in seen
-    assert not any((3, 1) in r | p for r, p in seen) and not any(p for _, p in seen)  # n = 1, packed: never
+        assert ({(3, n)}, frozenset()) in seen and (frozenset(), {(3, n)}) in seen
+    assert (frozenset(), {(3, 1)}) in seen and not any((3, 1) in r for r, _ in seen)  # n = 1: F.linear or packed
+    lm.forms.unpack()
+
+    timed = {"linear": 1.0, "weight_major": 0.9, "packed": 0.95}  # prepacked: slower than W @ xᵀ
+    monkeypatch.setattr(batch_mod.time, "perf_counter", fake_clock(lm, timed))
+    assert rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)[1:] == ([2, 3, 4], []) and not lm.forms.packs
+    timed.update(packed=0.8)  # faster at every n: the packed world
+    assert rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)[1:] == ([], [1, 2, 3, 4]) and lm.forms.packs
+    lm.forms.unpack()
     lm.forms.mode = "all"
     assert rectangle_seconds(lm, 3, 4, list(range(3, 20)), repeats=1)[1:] == ([2, 3, 4], [])
-    packed_lm = HFLM(noisy_twins(TINY_LLAMA, seed=1)[0].model)  # its own weights: the packed world frees them
-    packed_lm.configure('free', 'measure')
-    packed_lm.forms.use([], [1, 2])
-    assert rectangle_seconds(packed_lm, 3, 4, list(range(3, 20)), repeats=1)[1:] == ([], [1, 2, 3, 4])
+
+
+def fake_clock(lm, seconds: dict):
+    """A perf_counter whose every second reading is `seconds[form]` after the first, the form
+    read from the switch as it stands (rectangle_seconds times one forward between two readings)."""
+    state = {"now": 0.0, "start": True}
+
+    def clock():
+        if state["start"]:
+            state["start"] = False
+            return state["now"]
+        state["start"] = True
+        rows_n = next(iter(lm.forms.packed | lm.forms.rectangles), None)
+        form = "linear" if rows_n is None else "packed" if rows_n in lm.forms.packed else "weight_major"
+        state["now"] += seconds[form]
+        return state["now"]
+
+    return clock
 
 
 def test_a_batch_switches_on_the_measured_forms(twins, monkeypatch):
-    """lengths_for: W @ xᵀ for the full batch's rectangles measured faster that way, the
-    prepacked weights for those measured faster so and for the same n at every partial batch."""
+    """batch_costs (through lengths_for): W @ xᵀ for the full batch's rectangles measured faster
+    that way and nothing prepacked; or, where the batch's world is the prepacked weights, every
+    forward prepacked and the plain weights freed (but the LM head's)."""
     from types import SimpleNamespace
 
     from specdec_cli.loop.batch import lengths_for
 
+    def switched(lm, weight_major, packed):
+        profile = costs.fixed([1.0, 1.2, 1.4, 1.6])
+        profile.batch_s, profile.batch_weight_major, profile.batch_packed = {"4": [1.0] * 4}, {"4": weight_major}, {"4": packed}
+        pair = SimpleNamespace(target=lm, cost_profile=lambda drafts, widths: profile)
+        draft = Scheduled(PromptLookupDraft(CPU), Cost(lambda widths: profile, "prompt-lookup", lookup_prior, False))
+        assert isinstance(lengths_for(pair, draft, 3, 4), Lengths)
+        return lm.forms
+
     target, _ = twins
     lm = HFLM(target.model)
     lm.configure('free', 'measure')
-    profile = costs.fixed([1.0, 1.2, 1.4, 1.6])
-    profile.batch_s, profile.batch_weight_major, profile.batch_packed = {"4": [1.0] * 4}, {"4": [2]}, {"4": [3, 4]}
-    pair = SimpleNamespace(target=lm, cost_profile=lambda drafts, widths: profile)
-    draft = Scheduled(PromptLookupDraft(CPU), Cost(lambda widths: profile, "prompt-lookup", lookup_prior, False))
-    assert isinstance(lengths_for(pair, draft, 3, 4), Lengths)
-    assert lm.forms.rectangles == {(4, 2)}
-    assert lm.forms.packed == {(rows, n) for rows in (2, 3, 4) for n in (3, 4)}
+    forms = switched(lm, [2], [])
+    assert forms.rectangles == {(4, 2)} and forms.packed == frozenset() and not forms.whole and not forms.packs
+    own = HFLM(noisy_twins(TINY_LLAMA, seed=1)[0].model)  # its own weights: the packed world frees them
+    own.configure('free', 'measure')
+    forms = switched(own, [], [1, 2, 3, 4])
+    head = own.model.get_output_embeddings()
+    assert forms.whole and forms.form(3, 2) == "packed" and forms.form(1, 1) == "packed"
+    assert all(m.weight.numel() == 0 for m in forms.layers if m is not head) and head.weight.numel()
 
 
 def test_in_order_waits_for_earlier_items():

@@ -69,22 +69,29 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
                       repeats: int = 3) -> tuple[list[float], list[int], list[int]]:
     """Seconds of one [rows, n] verify (n = 1..widths) after `context` in every row, through
     KVCache as the loop runs it: the median of `repeats` tries after a warm-up (as
-    costs.forward_seconds). With the target's switch (kernels.py), each speculative rectangle
-    (n >= 2) is timed in each form of the target's world (costs.choose_forms: F.linear or W @ xᵀ
-    on the plain weights; the prepacked weights once those are all there is) and the fastest
-    kept (under matmuls all every one W @ xᵀ, untimed); n = 1, the batched greedy step, stays
-    F.linear in the plain world. Returns (seconds per n, the n that take W @ xᵀ, the n that take
-    the prepacked weights)."""
+    costs.forward_seconds). With the target's switch (kernels.py) each rectangle is timed in
+    every form it can take, as one of two worlds (one copy of the weights: costs.choose_forms):
+    the plain weights, each speculative rectangle (n >= 2) in F.linear or W @ xᵀ, whichever is
+    faster, the batched greedy step (n = 1) in F.linear; or, where oneDNN's prepacked weights beat
+    that across the rectangles (geometric mean of the ratios under 0.97), every one prepacked
+    (batch_costs then frees the plain weights). Under matmuls all every n >= 2 is W @ xᵀ, and once
+    the weights are prepacked every n is, untimed. Returns (seconds per n, the n that take W @ xᵀ,
+    the n that take the prepacked weights: every n or none)."""
     from specdec_cli.engine.costs import _sync
 
     switch = getattr(target, "forms", None)
-    whole = switch is not None and switch.whole
-    offered = FORMS[:2]
-    forced = "packed" if whole else {"all": "weight_major"}.get(switch.mode if switch is not None else "off")
-    forms = {n: ("linear",) if switch is None or (n == 1 and not whole) else (forced,) if forced else offered
-             for n in range(1, widths + 1)}
+    every = range(1, widths + 1)
+    if switch is None or switch.mode == "off":
+        forms = {n: ("linear",) for n in every}
+    elif switch.whole:
+        forms = {n: ("packed",) for n in every}
+    elif switch.mode == "all":
+        forms = {n: ("linear",) if n == 1 else ("weight_major",) for n in every}
+    else:
+        packs = ("packed",) if target.can_pack() else ()
+        forms = {n: ("linear", *packs) if n == 1 else FORMS[:2] + packs for n in every}
     cache = cache_for(target, rows=rows, capacity=capacity_for(target, len(context) + widths))  # compiled: fixed
-    cache.warm(range(1, widths + 1))  # decoding.compile: each [rows, n] compiles before it is timed
+    cache.warm(every)  # decoding.compile: each [rows, n] compiles before it is timed
     for _ in range(rows):
         cache.add(context)
     times = {(n, form): [] for n in forms for form in forms[n]}
@@ -97,9 +104,14 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
                 cache.forward(ids).argmax(-1).tolist()
                 times[n, form].append(time.perf_counter() - start)
                 cache.keep([0] * rows)
-    best = {n: min(forms[n], key=lambda form: statistics.median(times[n, form][1:])) for n in forms}
-    return ([statistics.median(times[n, best[n]][1:]) for n in forms],
-            [n for n in forms if best[n] == "weight_major"], [n for n in forms if best[n] == "packed"])
+    seconds = {key: statistics.median(t[1:]) for key, t in times.items()}
+    plain = {n: min((f for f in forms[n] if f != "packed"), key=lambda f: seconds[n, f], default="packed") for n in every}
+    if all(f == "packed" for f in plain.values()) or ("packed" in forms[1] and statistics.geometric_mean(
+            [seconds[n, "packed"] / seconds[n, plain[n]] for n in every]) < 0.97):
+        return [seconds[n, "packed"] for n in every], [], list(every)
+    if switch is not None:
+        switch.unpack()  # copies made while timing, not chosen
+    return [seconds[n, plain[n]] for n in every], [n for n in every if plain[n] == "weight_major"], []
 
 
 def batch_costs(pair, drafts: tuple, k: int, batch: int):
@@ -117,10 +129,9 @@ def batch_costs(pair, drafts: tuple, k: int, batch: int):
     with_batch(profile, batch, lambda widths: rectangle_seconds(pair.target, batch, widths, context))
     switch = pair.target.forms
     if switch is not None:  # each full batch's rectangle takes the form measured fastest for it...
-        # ...and prepacked, its partial batches too: from 3 matmul rows up (a [2, 2] rectangle
-        # has 4) the prepacked form was the fastest of the three at every row count we timed
-        switch.use_rectangles({(batch, n) for n in profile.batch_weight_major.get(str(batch), [])},
-                              {(rows, n) for rows in range(2, batch + 1) for n in profile.batch_packed.get(str(batch), [])})
+        if profile.batch_packed.get(str(batch)):  # ...or every forward the prepacked weights, and
+            switch.pack_all()  # its partial batches too (rectangle_seconds: all or none)
+        switch.use_rectangles({(batch, n) for n in profile.batch_weight_major.get(str(batch), [])}, set())
     return profile
 
 
