@@ -112,10 +112,10 @@ class WeightMajor:
         if packed:
             self.pack_all()
 
-    def use_rectangles(self, weight_major: set, packed: set) -> None:
-        """Batched forwards [rows, n] switched on as a profile chose (added to those already on)."""
+    def use_rectangles(self, weight_major: set) -> None:
+        """Batched forwards [rows, n] switched to W @ xᵀ as a profile chose (added to those already
+        on); a batch's prepacked world is pack_all."""
         self.rectangles = self.rectangles | frozenset(weight_major)
-        self.packed = self.packed | frozenset(packed)
 
     def pack(self, layer: torch.nn.Linear) -> torch.Tensor:
         if layer not in self.packs:

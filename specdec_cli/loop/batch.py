@@ -77,7 +77,7 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
     (batch_costs then frees the plain weights). Under matmuls all every n >= 2 is W @ xᵀ, and once
     the weights are prepacked every n is, untimed. Returns (seconds per n, the n that take W @ xᵀ,
     the n that take the prepacked weights: every n or none)."""
-    from specdec_cli.engine.costs import _sync
+    from specdec_cli.engine.costs import _sync, packed_world
 
     switch = getattr(target, "forms", None)
     every = range(1, widths + 1)
@@ -106,8 +106,7 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
                 cache.keep([0] * rows)
     seconds = {key: statistics.median(t[1:]) for key, t in times.items()}
     plain = {n: min((f for f in forms[n] if f != "packed"), key=lambda f: seconds[n, f], default="packed") for n in every}
-    if all(f == "packed" for f in plain.values()) or ("packed" in forms[1] and statistics.geometric_mean(
-            [seconds[n, "packed"] / seconds[n, plain[n]] for n in every]) < 0.97):
+    if all(f == "packed" for f in plain.values()) or ("packed" in forms[1] and packed_world(seconds, plain)):
         return [seconds[n, "packed"] for n in every], [], list(every)
     if switch is not None:
         switch.unpack()  # copies made while timing, not chosen
@@ -131,7 +130,7 @@ def batch_costs(pair, drafts: tuple, k: int, batch: int):
     if switch is not None:  # each full batch's rectangle takes the form measured fastest for it...
         if profile.batch_packed.get(str(batch)):  # ...or every forward the prepacked weights, and
             switch.pack_all()  # its partial batches too (rectangle_seconds: all or none)
-        switch.use_rectangles({(batch, n) for n in profile.batch_weight_major.get(str(batch), [])}, set())
+        switch.use_rectangles({(batch, n) for n in profile.batch_weight_major.get(str(batch), [])})
     return profile
 
 
