@@ -37,22 +37,22 @@ class Detour:
         return cls(row, slot, torch.tensor(path, device=device), torch.tensor(chain, device=device), chain[-1])
 
 
-def _sdpa(query, key, value, mask, g, dropout, scaling):
+def grouped_sdpa(query, key, value, mask, g, dropout, scaling):
     """query [B, H, S, D] over key, value [B, KV, width, D] with each KV head's G query heads in
     the query dimension (head h = kv * g + j, repeat_kv's order -> row j * S + s of head kv), the
-    mask [B, 1, G*S, width] repeated to match (`_grouped_mask`): [B, H, S, D] out."""
+    mask [B, 1, G*S, width] repeated to match (`grouped_mask`): [B, H, S, D] out."""
     b, h, s, d = query.shape
     out = torch.nn.functional.scaled_dot_product_attention(
         query.reshape(b, h // g, g * s, d), key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
     return out.view(b, h, s, d)
 
 
-def _grouped_mask(mask: torch.Tensor, g: int) -> torch.Tensor:
-    """mask [B, 1, S, width] -> [B, 1, G*S, width], the rows of _sdpa's grouped queries."""
+def grouped_mask(mask: torch.Tensor, g: int) -> torch.Tensor:
+    """mask [B, 1, S, width] -> [B, 1, G*S, width], the rows of grouped_sdpa's grouped queries."""
     return mask.repeat(1, 1, g, 1)
 
 
-def _detoured(out, query, key, value, mask, g, dropout, scaling, detours: list[Detour]) -> torch.Tensor:
+def detoured(out, query, key, value, mask, g, dropout, scaling, detours: list[Detour]) -> torch.Tensor:
     """`out` with each detoured slot's rows recomputed over its chain layout (module doc)."""
     rows = [t.row for t in detours]
     keys, values = key[rows].clone(), value[rows].clone()  # [n, KV, width, D]: one copy per slot
@@ -60,7 +60,7 @@ def _detoured(out, query, key, value, mask, g, dropout, scaling, detours: list[D
         keys[i, :, t.chain], values[i, :, t.chain] = key[t.row, :, t.path], value[t.row, :, t.path]
     column = torch.arange(key.shape[2], device=key.device)
     seen = torch.stack([column <= t.last for t in detours])[:, None, None, :].expand(-1, 1, mask.shape[2], -1)
-    again = _sdpa(query[rows], keys, values, _grouped_mask(seen, g), g, dropout, scaling)  # [n, H, S, D]
+    again = grouped_sdpa(query[rows], keys, values, grouped_mask(seen, g), g, dropout, scaling)  # [n, H, S, D]
     out = out.clone()
     for i, t in enumerate(detours):
         out[t.row, :, t.slot] = again[i, :, t.slot]
@@ -87,10 +87,10 @@ def grouped_attention(on: bool, detours: list[Detour] = ()):
             return plain(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
         g = query.shape[1] // key.shape[1]
         if made[0] is not attention_mask:  # a new forward, or a layer of the other type (sliding: its own mask)
-            made[:] = attention_mask, _grouped_mask(attention_mask, g)
-        out = _sdpa(query, key, value, made[1], g, dropout, scaling)  # [B, H, S, D]
+            made[:] = attention_mask, grouped_mask(attention_mask, g)
+        out = grouped_sdpa(query, key, value, made[1], g, dropout, scaling)  # [B, H, S, D]
         if detours:
-            out = _detoured(out, query, key, value, attention_mask, g, dropout, scaling, detours)
+            out = detoured(out, query, key, value, attention_mask, g, dropout, scaling, detours)
         return out.transpose(1, 2).contiguous(), None  # [B, S, H, D], as transformers' sdpa
 
     ALL_ATTENTION_FUNCTIONS["sdpa"] = grouped  # a local override of the shared registry...

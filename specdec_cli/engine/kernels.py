@@ -27,6 +27,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -241,10 +242,30 @@ def compile_cache() -> Path:
 
 
 def _linear(layer: torch.nn.Linear, switch: WeightMajor, x: torch.Tensor) -> torch.Tensor:
-    if not switch.takes(x):
+    return form_of(switch, x)(layer, x)
+
+
+def form_of(switch: WeightMajor | None, x: torch.Tensor) -> Callable[[torch.nn.Linear, torch.Tensor], torch.Tensor]:
+    """The function (layer, x) -> y every linear layer of x's forward computes with: what
+    SwitchedLinear.forward asks per call, asked once per forward by decoder.py."""
+    if switch is None or not switch.takes(x):
+        return plain
+    return packed if switch.form(*switch.shape(x)) == "packed" else weight_major
+
+
+def plain(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, layer.weight, layer.bias)
+
+
+def packed(layer: SwitchedLinear, x: torch.Tensor) -> torch.Tensor:
+    """x: [rows, n, in] -> [rows, n, out] through the layer's prepacked weight (the LM head keeps F.linear)."""
+    if not layer.packable:
         return F.linear(x, layer.weight, layer.bias)
-    if switch.form(*switch.shape(x)) == "packed" and layer.packable:  # x: [rows, n, in] -> [rows, n, out]
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), switch.pack(layer), layer.bias, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), layer.switch.pack(layer), layer.bias, "none", [], "")
+
+
+def weight_major(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """(W @ xᵀ)ᵀ: the weights streamed once for the forward's few rows."""
     rows = x.numel() // x.shape[-1]  # x: [..., in]; rows of the matmul = tokens in this forward (batch included)
     flat = x.reshape(rows, x.shape[-1]).t()  # [in, rows], a view
     if layer.bias is None:

@@ -136,8 +136,9 @@ class KVCache:
     COLUMNS = 64  # free shapes: the buffers' first width; they double when a forward needs more
 
     def __init__(self, lm, card_name: str = "the target", rows: int = 1, width: int | None = None,
-                 capacity: int | None = None):
+                 capacity: int | None = None, decoder: bool = True):
         self.lm, self.columns, self.lengths, self.fed = lm, 0, [], 0
+        self.decoder = decoder  # False: transformers' own forward even where lm.decoder runs (to compare them)
         self.width, self.rows = width, rows  # pinned: every forward [rows, width] over `capacity` columns
         # fixed: every forward over all `capacity` columns (pinned, or a compiled target: a static shape per width)
         self.fixed = width is not None or lm.compiled
@@ -256,9 +257,15 @@ class KVCache:
         if self.sliding:  # a sliding layer sees only the last `window` columns
             window = self._mask(visible & (column > self.at - self.window))
             mask = {"full_attention": mask, "sliding_attention": window} if self.sliding == "mixed" else window
-        with grouped_attention(ids.device.type == "cpu", detours):
-            out = self.lm.run(ids, self.cache, fixed=self.fixed, features=features,
-                              attention_mask=mask, position_ids=positions)
+        decoder = self.lm.decoder if self.decoder and not self.sliding else None
+        if decoder is not None:  # the same logits, without transformers' framework (decoder.py)
+            layers = self.cache.layers
+            out = decoder(ids, [t.keys for t in layers], [t.values for t in layers], self.at, self.columns, visible,
+                          positions, detours, features)
+        else:
+            with grouped_attention(ids.device.type == "cpu", detours):
+                out = self.lm.run(ids, self.cache, fixed=self.fixed, features=features,
+                                  attention_mask=mask, position_ids=positions)
         return (out[0][:b, :s], out[1][:b, :s]) if features else out[:b, :s]
 
     def _tree(self, trees: list, lengths: list[int], start: torch.Tensor, column: torch.Tensor, fed: int):

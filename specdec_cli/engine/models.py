@@ -28,6 +28,7 @@ from specdec_cli.checks import DTYPE_NAMES
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import cache_dir
 from specdec_cli.engine import converted, kernels
+from specdec_cli.engine.decoder import Decoder, unsupported as decoder_unsupported
 from specdec_cli.engine.tokenizers import ByteTokenizer, HFTokenizer, ToyTokenizerAdapter
 from specdec_cli.engine.toy_model import ToyLM
 
@@ -181,6 +182,7 @@ class HFLM:
         self._warmed: set = set()  # the compiled model's (rows, W, capacity) shapes run so far (KVCache.warm)
         self._capacity = 0  # the compiled model's KV capacity so far (reserve)
         self._compiling = _quietly  # a context around each compile (configure's on_compile)
+        self._decoder: Decoder | None | bool = False  # built on first use (decoder), after any quantization
 
     # -- the forward policy ------------------------------------------------------------------
     @property
@@ -196,6 +198,15 @@ class HFLM:
     @property
     def compiled(self) -> bool:
         return self._compiled is not None
+
+    @property
+    def decoder(self) -> Decoder | None:
+        """The decode forward over KVCache's buffers without transformers' framework (decoder.py),
+        bitwise the same logits; None where transformers' forward runs (decoder.unsupported, or a
+        compiled target, whose graph is transformers' forward)."""
+        if self._decoder is False:
+            self._decoder = Decoder(self.model) if decoder_unsupported(self.model) is None else None
+        return self._decoder if self._compiled is None else None
 
     def configure(self, shapes: str, matmuls: str = "off", compile: bool = False,
                   on_compile: Callable[[tuple], ContextManager] | None = None) -> kernels.ForwardPolicy:

@@ -1,0 +1,117 @@
+"""A decode forward for Llama-family targets over the KV buffers the loop owns, without the
+framework around the math.
+
+transformers' forward spends a third of a SmolLM2 step on a CPU outside the matmuls: per-call
+mask building, keyword plumbing, output records, a registry lookup per layer. `Decoder` runs the
+same torch ops in the same order as `LlamaForCausalLM` / `Qwen2ForCausalLM` (the model's own
+modules for the norms' weights, the linear layers, so the matmul forms of kernels.py still apply,
+and the rotary table), so its logits are bitwise transformers' (tests/test_decoder.py); it takes
+the mask, positions and write columns KVCache made for the forward, and attends with the same
+grouped sdpa (attention.py). Anything else (another architecture, a GPU, eager attention,
+sliding-window layers, a compiled target) keeps transformers' forward: `unsupported` says why.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec_cli.engine import attention, kernels
+from specdec_cli.engine.attention import Detour
+
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")  # the same layer, Qwen2's q/k/v with a bias
+
+
+def unsupported(model) -> str | None:
+    """Why `Decoder` cannot run this model's decode forwards (None: it can)."""
+    name = type(model).__name__
+    if name not in ARCHITECTURES:
+        return f"{name} is not one of {', '.join(ARCHITECTURES)}"
+    config = model.config
+    if config._attn_implementation != "sdpa":
+        return f"attention {config._attn_implementation!r} (the decoder runs sdpa)"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r} (the decoder runs silu)"
+    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or ()):
+        return "sliding-window layers"
+    if model.get_input_embeddings().weight.device.type != "cpu":
+        return "a GPU (its fused sdpa takes grouped heads its own way)"
+    odd = {f"{type(m).__module__}.{type(m).__qualname__}" for m in model.modules() if isinstance(m, torch.nn.Module) and hasattr(m, "in_features")
+           and type(m) not in (torch.nn.Linear, kernels.SwitchedLinear)}
+    if odd:
+        return f"{', '.join(sorted(odd))} layers (the decoder computes plain and switched linear layers)"
+    return None
+
+
+def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """LlamaRMSNorm.forward, op for op."""
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    variance = x.pow(2).mean(-1, keepdim=True)
+    x = x * torch.rsqrt(variance + eps)
+    return weight * x.to(dtype)
+
+
+def _rotary(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(cos, sin with its first half negated, half): x * cos + rotate_half(x) * sin is then
+    x * cos + x.roll(half) * that sin, bitwise (a negation is exact), in two ops fewer per tensor."""
+    half = sin.shape[-1] // 2
+    return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1), half
+
+
+class Decoder:
+    """`model`'s decode forward over buffers: `__call__` (module doc)."""
+
+    def __init__(self, model) -> None:
+        self.model, body = model, model.model
+        self.embed, self.rotary = body.embed_tokens, body.rotary_emb
+        self.layers = list(body.layers[: model.config.num_hidden_layers])
+        self.norm, self.eps = body.norm.weight, body.norm.variance_epsilon
+        first = self.layers[0].self_attn
+        self.head_dim, self.scaling = first.head_dim, first.scaling
+
+    def __call__(self, ids: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], at: torch.Tensor,
+                 columns: int, visible: torch.Tensor, positions: torch.Tensor, detours: list[Detour] = (),
+                 features: bool = False):
+        """ids [B, S] -> logits [B, S, V] (with `features`, and the final hidden states [B, S, H]).
+        Layer i's new K/V are written into keys[i] / values[i] [rows, KV, capacity, D] at the
+        columns `at` [B, 1, S, 1]; each query sees its first `columns` columns where `visible`
+        [B, 1, S, columns] says; `positions` [B, S] are the rotary positions."""
+        b, s = ids.shape
+        x = self.embed(ids)
+        rotary = _rotary(*(t.unsqueeze(1) for t in self.rotary(x, positions)))  # cos, sin [B, 1, S, D]
+        g = self.layers[0].self_attn.num_key_value_groups
+        # The mask grouped_attention makes once per forward, as sdpa turns a boolean one into scores
+        # to add (0 or -inf) in every call: the same scores, made once.
+        grouped = attention.grouped_mask(visible, g)
+        mask = torch.zeros(grouped.shape, dtype=x.dtype).masked_fill_(~grouped, float("-inf"))
+        at = at.expand(b, keys[0].shape[1], s, self.head_dim)
+        linear = kernels.form_of(self.model.lm_head.switch if isinstance(self.model.lm_head, kernels.SwitchedLinear)
+                                 else None, x)  # the forward's matmul form, as each SwitchedLinear would ask
+        for layer, k_buffer, v_buffer in zip(self.layers, keys, values):
+            h = self._attend(layer, linear, _norm(x, layer.input_layernorm.weight, self.eps), k_buffer[:b],
+                             v_buffer[:b], at, columns, visible, mask, rotary, g, detours)
+            x = x + h
+            h = _norm(x, layer.post_attention_layernorm.weight, self.eps)
+            mlp = layer.mlp
+            x = x + linear(mlp.down_proj, torch.nn.functional.silu(linear(mlp.gate_proj, h)) * linear(mlp.up_proj, h))
+        hidden = _norm(x, self.norm, self.eps)
+        logits = linear(self.model.lm_head, hidden)  # looked up here: kernels.install swaps the linear layers
+        return (logits, hidden) if features else logits
+
+    def _attend(self, layer, linear, h, k_buffer, v_buffer, at, columns, visible, mask, rotary, g, detours):
+        """LlamaAttention.forward with KVLayer.update and grouped_attention's sdpa inlined."""
+        a = layer.self_attn
+        b, s, _ = h.shape
+        shape = (b, s, -1, self.head_dim)
+        q = linear(a.q_proj, h).view(shape).transpose(1, 2)
+        k = linear(a.k_proj, h).view(shape).transpose(1, 2)
+        v = linear(a.v_proj, h).view(shape).transpose(1, 2)
+        cos, sin, half = rotary
+        q, k = q * cos + q.roll(half, -1) * sin, k * cos + k.roll(half, -1) * sin
+        k_buffer.scatter_(2, at, k)
+        v_buffer.scatter_(2, at, v)
+        key, value = k_buffer[:, :, :columns], v_buffer[:, :, :columns]
+        out = attention.grouped_sdpa(q, key, value, mask, g, 0.0, self.scaling)  # [B, H, S, D]
+        if detours:
+            out = attention.detoured(out, q, key, value, visible, g, 0.0, self.scaling, detours)
+        return linear(a.o_proj, out.transpose(1, 2).contiguous().reshape(b, s, -1).contiguous())
