@@ -49,13 +49,13 @@ def test_bad_cheap_draft_fields_are_one_error_line(run, write_card, draft, messa
 def test_int8_draft_off_the_cpu_is_refused_before_loading(write_card, monkeypatch):
     """Dynamic int8 layers have CPU kernels only: a card whose device resolves to a GPU fails
     before the (slow) target load, naming the field."""
-    import specdec_cli.engine.models as models_mod
+    import specdec_cli.engine.placement as placement
     import specdec_cli.pair.loading as pair_mod
 
     def no_load(*a, **kw):
         raise AssertionError("a model was loaded before the card was checked")
 
-    monkeypatch.setattr(models_mod, "resolve_device", lambda name: torch.device("cuda"))  # as the model kind sees a GPU machine
+    monkeypatch.setattr(placement, "resolve_device", lambda name: torch.device("cuda"))  # as the model kind sees a GPU machine
     monkeypatch.setattr(pair_mod, "load", no_load)
     card = load_card(str(tiny_card(write_card, device="auto", quantize="int8")))
     with pytest.raises(SpecdecError) as e:

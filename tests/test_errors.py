@@ -74,7 +74,7 @@ CASES = [
     Case("unknown-nested-key-suggests", "{card}: unknown field 'decoding.max_token' (did you mean 'decoding.max_tokens'?)",
          card=card(decoding={"max_token": 2})),
     Case("unknown-key-lists-known", "{card}: unknown field 'colour' (known: description, target, draft, decoding, device, dtype, "
-         "trust_remote_code, revision, sources, device_map)", card=card(colour="red")),
+         "quantize, trust_remote_code, revision, sources, device_map)", card=card(colour="red")),
     Case("field-not-for-this-kind", "{card}: draft.agree: not used by draft kind 'prompt-lookup', got 0.5",
          card=card(draft={"kind": "prompt-lookup", "agree": 0.5})),
     Case("field-missing", "{card}: target: missing (a card needs description, target and draft)", card=card(target=None)),
@@ -125,6 +125,16 @@ CASES = [
          args=(*GEN, "-n", "99999999", "ba"), card=card()),
     Case("dtype-unknown", "command line: --dtype: must be one of auto, float32, bfloat16, float16, got 'float64'",
          args=(*GEN, "--dtype", "float64", "ba"), card=card()),
+    Case("quantize-unknown", "{card}: quantize: must be one of none, int8, got 'int4'", card=card(RANDOM, quantize="int4")),
+    Case("quantize-int8-bfloat16", "{card}: quantize: int8 is quantized from float32 weights; it cannot go with dtype: "
+         "bfloat16 (use auto or float32)", card=card(RANDOM, quantize="int8", dtype="bfloat16")),
+    Case("quantize-int8-option-free-shapes", "command line: --quantize: int8 is exact under pinned shapes only (a last-bit "
+         "difference between a step and a verify moves a rounding step); it cannot go with --shapes: free (use auto or pinned)",
+         args=(*GEN, "--quantize", "int8", "--shapes", "free", "ba"), card=card(RANDOM)),
+    Case("quantize-int8-compile", "{card}: quantize: int8 layers run eagerly; it cannot go with decoding.compile: true",
+         card=card(RANDOM, quantize="int8", decoding={"compile": True})),
+    Case("quantize-int8-toy", "{card}: quantize: int8 needs a transformers target, got toy", card=card(quantize="int8"),
+         loads=True),
     Case("device-unknown", "command line: --device: must be auto, cpu, cuda, cuda:N or mps, got 'tpu'",
          args=(*GEN, "--device", "tpu", "ba"), card=card()),
     Case("mode-unknown", "command line: --mode: must be spec, greedy or both, got 'fast'",

@@ -33,6 +33,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPE_CHOICES = ("auto", *DTYPE_NAMES)
 SCHEDULES = ("cost", "heuristic", "fixed")  # draft.schedule: how many of k to propose each round (schedule.py)
 SHAPES = ("auto", "pinned", "free")  # decoding.shapes: auto = pinned for bfloat16/float16 and on a GPU, else free
+QUANTIZE = ("none", "int8")  # quantize: the target's linear layers (engine/quantize.py)
 MATMULS = ("measure", "off", "all", "packed")  # decoding.matmuls: a CPU float32 target's matmul forms (kernels.py)
 MAX_K = 64  # beyond this a verify forward is mostly wasted work; almost surely a typo
 MAX_TOKENS = 1_000_000
@@ -122,6 +123,7 @@ class Card:
     tree: bool = False  # a draft that can propose token trees does (free shapes; docs/trees.md)
     device: str = "auto"
     dtype: str = "auto"
+    quantize: str = "none"  # int8: the target's linear layers in int8, rows independent (engine/quantize.py; CPU, float32)
     trust_remote_code: bool = False  # never on unless a card asks for it
     revision: str | None = None
     sources: tuple[Source, ...] = ()  # model files `specdec fetch` downloads
@@ -179,7 +181,7 @@ def _check_device_map(where: str, card: Card) -> None:
 
 
 TOP = {"description": _str, "target": _str, "draft": None, "decoding": None, "device": _device,
-       "dtype": _choice(DTYPE_CHOICES), "trust_remote_code": _bool, "revision": _str, "sources": None,
+       "dtype": _choice(DTYPE_CHOICES), "quantize": _choice(QUANTIZE), "trust_remote_code": _bool, "revision": _str, "sources": None,
        "device_map": _device_map}
 DECODING = {"k": _int(1, MAX_K), "max_tokens": _int(1, MAX_TOKENS), "chat_template": _chat,
             "temperature": _temperature, "top_k": _int(0, 2**31 - 1), "top_p": _top_p, "seed": _int(0, 2**63 - 1),
@@ -311,6 +313,7 @@ def parse_card(text: str, path: Path) -> Card:
     card = Card(name=path.stem, path=path, draft=draft, sources=sources, **top, **decoding)
     _check_device_map(where, card)
     _check_compile(where, card)
+    _check_quantize(where, card)
     return card
 
 
@@ -341,7 +344,8 @@ def builtin_names() -> list[str]:
 
 def override(card: Card, **values) -> Card:
     """Apply command-line settings (None = not given), checked like card fields."""
-    schema = {**DECODING, "device": _device, "dtype": _choice(DTYPE_CHOICES), "schedule": _choice(SCHEDULES)}
+    schema = {**DECODING, "device": _device, "dtype": _choice(DTYPE_CHOICES), "quantize": _choice(QUANTIZE),
+              "schedule": _choice(SCHEDULES)}
     given = {k: v for k, v in values.items() if v is not None}
     for key, value in given.items():
         check("command line", f"--{key.replace('_', '-')}", value, schema[key])
@@ -350,7 +354,28 @@ def override(card: Card, **values) -> Card:
     card = replace(card, **given)
     _check_device_map("command line", card)
     _check_compile("command line", card, given)
+    _check_quantize("command line", card, given)
     return card
+
+
+def _check_quantize(where: str, card: Card, given: dict | None = None) -> None:
+    """int8 layers are quantized from float32 weights, run on a CPU (fbgemm) and are no module
+    inductor or accelerate place: quantize: int8 cannot go with another dtype, compile or device_map."""
+    if card.quantize == "none":
+        return
+    name = (lambda f, section="": f"--{f.replace('_', '-')}" if given is not None and f in given else f"{section}{f}")
+    if card.dtype not in ("auto", "float32"):
+        raise SpecdecError(f"{where}: {name('quantize')}: int8 is quantized from float32 weights; it cannot go "
+                           f"with {name('dtype')}: {card.dtype} (use auto or float32)")
+    if card.compile:
+        raise SpecdecError(f"{where}: {name('quantize')}: int8 layers run eagerly; it cannot go with "
+                           f"{name('compile', 'decoding.')}: true")
+    if card.device_map is not None:
+        raise SpecdecError(f"{where}: {name('quantize')}: int8 runs on the CPU; it cannot go with device_map: auto")
+    if card.shapes == "free":
+        raise SpecdecError(f"{where}: {name('quantize')}: int8 is exact under pinned shapes only (a last-bit "
+                           f"difference between a step and a verify moves a rounding step); it cannot go with "
+                           f"{name('shapes', 'decoding.')}: free (use auto or pinned)")
 
 
 def _check_compile(where: str, card: Card, given: dict | None = None) -> None:

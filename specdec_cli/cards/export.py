@@ -77,6 +77,9 @@ def export(card: Card, engine: str) -> Export:
     request = {"max_tokens": card.max_tokens, "temperature": card.temperature, "top_k": card.top_k,
                "top_p": card.top_p, "seed": card.seed}
     argv = COMMAND[engine](card, target, speculative, notes)
+    if card.quantize != "none":
+        notes.append(f"quantize: {card.quantize}: specdec's own int8 layers (each row scaled alone); {engine} runs the "
+                     f"target's weights as exported, so its text is the float model's, not the int8 one's")
     if spec.schedule != "fixed":
         notes.append(f"draft.schedule: {spec.schedule}: {engine} drafts a fixed number of tokens each round; exported "
                      f"decoding.k = {card.k}. {DYNAMIC[engine]}")

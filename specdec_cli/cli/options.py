@@ -9,6 +9,8 @@ DEFAULT_CARD = "smollm2"
 CARD = typer.Option(DEFAULT_CARD, "--card", "-c", help="Built-in card name or path to a YAML card.")
 DEVICE = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N or mps (overrides the card).")
 DTYPE = typer.Option(None, "--dtype", help="auto, float32, bfloat16 or float16 (overrides the card).")
+QUANTIZE = typer.Option(None, "--quantize", help="none or int8: the target's linear layers in int8, each row "
+                        "scaled alone, so speculation stays exact against that int8 model (CPU, float32; overrides the card).")
 MAX_TOKENS = typer.Option(None, "--max-tokens", "-n", help="Tokens to generate at most (overrides the card).")
 JSON = typer.Option(False, "--json", help="Print only JSON on stdout.")
 PROMPTS_FILE = typer.Option(None, "--prompts-file", help=".jsonl ({'prompt', 'id'}) or .txt (one per line); - = JSON lines on stdin.")

@@ -33,7 +33,7 @@ def result_json(result: Result, tokenizer, rounds: bool) -> dict:
 def generation_json(gen, pair) -> dict:
     out = {"card": pair.card.name, "prompt": gen.prompt, "prompt_tokens": len(gen.prompt_ids), "k": gen.k,
            "draft": pair.draft.name, "device": str(pair.device), "dtype": pair.dtype_name,
-           "shapes": pair.shapes, "tree": pair.trees, "forward_policy": pair.policy.as_dict(),
+           "quantize": pair.card.quantize, "shapes": pair.shapes, "tree": pair.trees, "forward_policy": pair.policy.as_dict(),
            "greedy_form": pair.policy.form(1, pair.greedy_width(gen.k)), "greedy_width": pair.greedy_width(gen.k)}
     if gen.sampled:
         c = pair.card

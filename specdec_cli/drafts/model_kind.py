@@ -52,7 +52,8 @@ class Model(Kind):
         return (("model", spec.model),)
 
     def before_load(self, spec, card, target) -> None:
-        from specdec_cli.engine.models import model_ref, resolve_device
+        from specdec_cli.engine.models import model_ref
+        from specdec_cli.engine.placement import resolve_device
 
         if model_ref(card, "draft.model", spec.model).kind == "toy":
             raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
@@ -63,7 +64,8 @@ class Model(Kind):
     def build(self, spec, pair, name: str) -> ModelDraft:
         import torch
 
-        from specdec_cli.engine.models import DTYPES, HFLM, model_ref
+        from specdec_cli.engine.models import HFLM, model_ref
+        from specdec_cli.engine.placement import DTYPES
         from specdec_cli.engine.quantize import quantize_int8
         from specdec_cli.engine.tokenizers import check_vocab
 

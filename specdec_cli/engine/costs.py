@@ -202,7 +202,8 @@ def model_key(target, ref: str, revision: str | None) -> dict:
     dtype = getattr(getattr(target, "model", None), "dtype", None)
     return {"model": name, "revision": revision, "device": str(target.device),
             "dtype": str(dtype or "n/a").removeprefix("torch."), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "matmuls": matmuls(target), "version": VERSION}
+            "torch": torch.__version__, "matmuls": matmuls(target), "quantize": getattr(target, "quantized", "none"),
+            "version": VERSION}
 
 
 def matmuls(target) -> str:

@@ -17,6 +17,7 @@ import torch
 
 from specdec_cli.engine import attention, kernels
 from specdec_cli.engine.attention import Detour
+from specdec_cli.engine.quantize import RowInt8Linear
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")  # the same layer, Qwen2's q/k/v with a bias
 
@@ -36,9 +37,9 @@ def unsupported(model) -> str | None:
     if model.get_input_embeddings().weight.device.type != "cpu":
         return "a GPU (its fused sdpa takes grouped heads its own way)"
     odd = {f"{type(m).__module__}.{type(m).__qualname__}" for m in model.modules() if isinstance(m, torch.nn.Module) and hasattr(m, "in_features")
-           and type(m) not in (torch.nn.Linear, kernels.SwitchedLinear)}
+           and type(m) not in (torch.nn.Linear, kernels.SwitchedLinear, RowInt8Linear)}
     if odd:
-        return f"{', '.join(sorted(odd))} layers (the decoder computes plain and switched linear layers)"
+        return f"{', '.join(sorted(odd))} layers (the decoder computes plain, switched and row-int8 linear layers)"
     return None
 
 
@@ -56,6 +57,11 @@ def _rotary(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.T
     x * cos + x.roll(half) * that sin, bitwise (a negation is exact), in two ops fewer per tensor."""
     half = sin.shape[-1] // 2
     return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1), half
+
+
+def _mm(linear, layer, x: torch.Tensor) -> torch.Tensor:
+    """x through `layer`: the forward's matmul form (kernels.form_of), or an int8 layer's own."""
+    return layer.forward(x) if type(layer) is RowInt8Linear else linear(layer, x)
 
 
 class Decoder:
@@ -93,9 +99,9 @@ class Decoder:
             x = x + h
             h = _norm(x, layer.post_attention_layernorm.weight, self.eps)
             mlp = layer.mlp
-            x = x + linear(mlp.down_proj, torch.nn.functional.silu(linear(mlp.gate_proj, h)) * linear(mlp.up_proj, h))
+            x = x + _mm(linear, mlp.down_proj, torch.nn.functional.silu(_mm(linear, mlp.gate_proj, h)) * _mm(linear, mlp.up_proj, h))
         hidden = _norm(x, self.norm, self.eps)
-        logits = linear(self.model.lm_head, hidden)  # looked up here: kernels.install swaps the linear layers
+        logits = _mm(linear, self.model.lm_head, hidden)  # looked up here: kernels.install swaps the linear layers
         return (logits, hidden) if features else logits
 
     def _attend(self, layer, linear, h, k_buffer, v_buffer, at, columns, visible, mask, rotary, g, detours):
@@ -103,9 +109,9 @@ class Decoder:
         a = layer.self_attn
         b, s, _ = h.shape
         shape = (b, s, -1, self.head_dim)
-        q = linear(a.q_proj, h).view(shape).transpose(1, 2)
-        k = linear(a.k_proj, h).view(shape).transpose(1, 2)
-        v = linear(a.v_proj, h).view(shape).transpose(1, 2)
+        q = _mm(linear, a.q_proj, h).view(shape).transpose(1, 2)
+        k = _mm(linear, a.k_proj, h).view(shape).transpose(1, 2)
+        v = _mm(linear, a.v_proj, h).view(shape).transpose(1, 2)
         cos, sin, half = rotary
         q, k = q * cos + q.roll(half, -1) * sin, k * cos + k.roll(half, -1) * sin
         k_buffer.scatter_(2, at, k)
@@ -114,4 +120,4 @@ class Decoder:
         out = attention.grouped_sdpa(q, key, value, mask, g, 0.0, self.scaling)  # [B, H, S, D]
         if detours:
             out = attention.detoured(out, q, key, value, visible, g, 0.0, self.scaling, detours)
-        return linear(a.o_proj, out.transpose(1, 2).contiguous().reshape(b, s, -1).contiguous())
+        return _mm(linear, a.o_proj, out.transpose(1, 2).contiguous().reshape(b, s, -1).contiguous())

@@ -24,50 +24,15 @@ from typing import Callable, ContextManager
 
 import torch
 
-from specdec_cli.checks import DTYPE_NAMES
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import cache_dir
 from specdec_cli.engine import converted, kernels
 from specdec_cli.engine.decoder import Decoder, unsupported as decoder_unsupported
+from specdec_cli.engine.quantize import quantize_target_int8
 from specdec_cli.engine.tokenizers import ByteTokenizer, HFTokenizer, ToyTokenizerAdapter
 from specdec_cli.engine.toy_model import ToyLM
 
 CAPACITY_STEP = 256  # a compiled target's KV capacities are multiples of this (HFLM.reserve)
-DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # name -> torch.dtype
-
-
-# ---------------------------------------------------------------------------- device, dtype
-def resolve_device(name: str) -> torch.device:
-    """'auto' = CUDA, else MPS, else CPU. An explicit device that is absent is an error."""
-    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise SpecdecError(f"device '{name}' requested but CUDA is not available on this machine (use --device cpu or auto)")
-        index = torch.device(name).index
-        if index is not None and index >= torch.cuda.device_count():
-            raise SpecdecError(f"device '{name}' requested but only {torch.cuda.device_count()} CUDA device(s) exist")
-    if name == "mps" and not mps:
-        raise SpecdecError("device 'mps' requested but MPS is not available on this machine (use --device cpu or auto)")
-    return torch.device(name)
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """'auto' = float32 on CPU (exact and fast enough), bfloat16 on CUDA, float16 on MPS."""
-    if name == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float16 if device.type == "mps" else torch.float32
-    return DTYPES[name]
-
-
-def resolve_shapes(name: str, dtype: torch.dtype, device: torch.device) -> str:
-    """'auto' = pinned where a 1-token step and a verify would round differently (bfloat16,
-    float16, any GPU), else free (float32 on a CPU: argmax-identical in every check, and cheaper)."""
-    if name != "auto":
-        return name
-    return "pinned" if dtype != torch.float32 or device.type != "cpu" else "free"
 
 
 # ---------------------------------------------------------------------------- references
@@ -183,6 +148,7 @@ class HFLM:
         self._capacity = 0  # the compiled model's KV capacity so far (reserve)
         self._compiling = _quietly  # a context around each compile (configure's on_compile)
         self._decoder: Decoder | None | bool = False  # built on first use (decoder), after any quantization
+        self._quantized = "none"  # int8: the linear layers are RowInt8Linear (quantize)
 
     # -- the forward policy ------------------------------------------------------------------
     @property
@@ -198,6 +164,21 @@ class HFLM:
     @property
     def compiled(self) -> bool:
         return self._compiled is not None
+
+    def quantize(self, mode: str) -> int:
+        """The target's linear layers in int8 where `mode` is int8 (quantize.quantize_target_int8:
+        rows bitwise independent, so exact speculation against this int8 model), before its
+        forward policy is configured. Returns the layers replaced."""
+        if mode == "none":
+            return 0
+        replaced = quantize_target_int8(self.model)
+        self._quantized, self._decoder = mode, False  # the decoder is built again over the int8 layers
+        return replaced
+
+    @property
+    def quantized(self) -> str:
+        """none, or int8 (quantize)."""
+        return self._quantized
 
     @property
     def decoder(self) -> Decoder | None:

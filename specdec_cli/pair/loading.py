@@ -19,7 +19,8 @@ from specdec_cli.engine import kernels
 from specdec_cli.drafts import Draft
 from specdec_cli.errors import SpecdecError
 from specdec_cli.drafts.registry import get as draft_kind
-from specdec_cli.engine.models import HFLM, ModelRef, load, model_ref, resolve_device, resolve_dtype, resolve_shapes
+from specdec_cli.engine.models import HFLM, ModelRef, load, model_ref
+from specdec_cli.engine.placement import resolve_device, resolve_dtype, resolve_shapes
 from specdec_cli.engine.kvcache import pinned_trees, unsupported
 from specdec_cli.loop.sampling import Sampling, sample_decode, speculative_sample
 from specdec_cli.loop.schedule import Cost, Heuristic, Scheduled
@@ -310,7 +311,7 @@ def forward_policy(card: Card, target, dtype: torch.dtype, on_compile=None) -> k
     if card.compile and not (isinstance(target, HFLM) and not unsupported(target)):
         raise SpecdecError(f"{card.path}: decoding.compile: true needs a transformers target held in specdec's own "
                            f"KV cache (a compiled forward's shape is fixed there), got {card.target}")
-    shapes = resolve_shapes(card.shapes, dtype, target.device)
+    shapes = resolve_shapes(card.shapes, dtype, target.device, card.quantize)
     if shapes == "pinned" and isinstance(target, HFLM) and unsupported(target):
         if card.shapes == "pinned":
             raise SpecdecError(f"{card.path}: decoding.shapes: pinned needs the KV cache specdec owns, but target "
@@ -324,6 +325,18 @@ def forward_policy(card: Card, target, dtype: torch.dtype, on_compile=None) -> k
         raise SpecdecError(f"{card.path}: decoding.matmuls: packed needs a float32 target and a torch with "
                            f"oneDNN (this target is {str(dtype).removeprefix('torch.')}); use measure")
     return target.configure(shapes, forms, card.compile, on_compile)
+
+
+def quantize(card: Card, target, device: torch.device) -> None:
+    """quantize: int8 (engine/quantize.py): a transformers target on a CPU, in float32."""
+    if card.quantize == "none":
+        return
+    if not isinstance(target, HFLM):
+        raise SpecdecError(f"{card.path}: quantize: int8 needs a transformers target, got {card.target}")
+    if device.type != "cpu":
+        raise SpecdecError(f"{card.path}: quantize: int8 runs on the CPU (fbgemm's int8 kernels), but device "
+                           f"{card.device!r} is {device}; use device: cpu")
+    target.quantize(card.quantize)
 
 
 def source_name(ref: ModelRef) -> str:
@@ -341,6 +354,7 @@ def load_pair(card: Card, on_compile=None, on_convert=None) -> Pair:
     # the first of them (where the embedding, and so every input, lives)
     target, tokenizer = load(target_ref, device, dtype, card.trust_remote_code, card.revision,
                              device_map=card.device_map, on_convert=on_convert)
+    quantize(card, target, device)
     policy = forward_policy(card, target, dtype, on_compile)
     if card.chat_template is True and not tokenizer.has_chat_template():
         raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from typer.core import TyperCommand
 
 from specdec_cli.cards.card import load_card
-from specdec_cli.cli.options import (COMPILE, TREE, MATMULS, SHAPES, BATCH, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS,
+from specdec_cli.cli.options import (COMPILE, TREE, MATMULS, SHAPES, BATCH, CARD, DEVICE, DTYPE, QUANTIZE, JSON, MAX_TOKENS,
     PROMPTS_FILE, TEMPERATURE, TOP_K, TOP_P)
 from specdec_cli.cli.app import app
 from specdec_cli.files import write_text_atomic
@@ -61,6 +61,7 @@ def bench(
     as_json: bool = JSON,
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
+    quantize: Optional[str] = QUANTIZE,
     shapes: Optional[str] = SHAPES,
     matmuls: Optional[str] = MATMULS,
     compile: Optional[bool] = COMPILE,
@@ -102,12 +103,12 @@ def bench(
     if vs_transformers:
         peers.check_peer(load_card(card))  # before minutes of loading
     sampled = request.check_card(load_card(card))  # checked before the long load
-    pair = load(card, batch=batch_size, k=k, max_tokens=max_tokens, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree, **request.sampling)
+    pair = load(card, batch=batch_size, k=k, max_tokens=max_tokens, device=device, dtype=dtype, quantize=quantize, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree, **request.sampling)
 
     c = pair.card
     peer = peers.transformers_peer(pair, c.k) if vs_transformers else None
     configs = measure.configs(pair, request.k_list or [c.k], request.agrees, seed or 0, draft_cost)
-    context = {"card": c.name, "device": str(pair.device), "dtype": pair.dtype_name, "chat": pair.chat,
+    context = {"card": c.name, "device": str(pair.device), "dtype": pair.dtype_name, "quantize": c.quantize, "chat": pair.chat,
                "max_tokens": c.max_tokens, "repeats": repeats, **measure.environment()}
     if batch_size > 1:
         context["batch"] = batch_size

@@ -31,7 +31,7 @@ def load(card_name: str, drafts: tuple = (), remeasure: bool = False, batch: int
         pair = load_pair(card, on_compile=compiling, on_convert=partial(converting, status))
     pair.remeasure = remeasure
     err.print(f"[dim]card {card.name}: target {card.target} · draft {pair.draft.name} · "
-              f"{pair.device} {pair.dtype_name}{pair.tree_note}[/]", highlight=False)
+              f"{pair.device} {pair.dtype_name}{' int8' if card.quantize == 'int8' else ''}{pair.tree_note}[/]", highlight=False)
     return pair
 
 

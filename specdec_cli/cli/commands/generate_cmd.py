@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from specdec_cli.cli.options import (COMPILE, TREE, MATMULS, SHAPES, BATCH, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS,
+from specdec_cli.cli.options import (COMPILE, TREE, MATMULS, SHAPES, BATCH, CARD, DEVICE, DTYPE, QUANTIZE, JSON, MAX_TOKENS,
     PROMPTS_FILE, REMEASURE, SCHEDULE, SEED, TEMPERATURE, TOP_K, TOP_P)
 from specdec_cli.cli.app import app
 from specdec_cli.cli.guard import err, friendly, json_out
@@ -31,6 +31,7 @@ def generate(
     prompts_file: Optional[str] = PROMPTS_FILE,
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
+    quantize: Optional[str] = QUANTIZE,
     shapes: Optional[str] = SHAPES,
     matmuls: Optional[str] = MATMULS,
     compile: Optional[bool] = COMPILE,
@@ -68,7 +69,7 @@ def generate(
         json_out.start(True, command="generate", card=card)  # a prompts file always gives JSON lines
     else:
         json_out.start(as_json, single=True, command="generate", card=card, prompt=prompt)
-    pair = load(card, batch=batch_size, k=k, max_tokens=max_tokens, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree, temperature=temperature,
+    pair = load(card, batch=batch_size, k=k, max_tokens=max_tokens, device=device, dtype=dtype, quantize=quantize, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree, temperature=temperature,
                 top_k=top_k, top_p=top_p, seed=seed, schedule=schedule, remeasure=remeasure)
     c = pair.card
     if batch is not None:

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from specdec_cli.cards.card import load_card
-from specdec_cli.cli.options import MATMULS, SHAPES, TREE, CARD, DEVICE, DTYPE, JSON, PROMPTS_FILE, REMEASURE
+from specdec_cli.cli.options import MATMULS, SHAPES, TREE, CARD, DEVICE, DTYPE, QUANTIZE, JSON, PROMPTS_FILE, REMEASURE
 from specdec_cli.cli.app import app
 from specdec_cli.errors import SpecdecError
 from specdec_cli.cli.guard import err, friendly, json_out
@@ -29,6 +29,7 @@ def plan_command(
     as_json: bool = JSON,
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
+    quantize: Optional[str] = QUANTIZE,
     shapes: Optional[str] = SHAPES,
     matmuls: Optional[str] = MATMULS,
     remeasure: bool = REMEASURE,
@@ -59,7 +60,7 @@ def plan_command(
     json_out.start(as_json, command="plan", card=card)
     base = load_card(card)
     n = max_tokens if max_tokens is not None else min(base.max_tokens, 128)
-    pair = load(card, drafts=request.specs, max_tokens=n, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, remeasure=remeasure, tree=tree)
+    pair = load(card, drafts=request.specs, max_tokens=n, device=device, dtype=dtype, quantize=quantize, shapes=shapes, matmuls=matmuls, remeasure=remeasure, tree=tree)
     if not pair.sampling.greedy:
         raise SpecdecError(f"card {pair.card.name}: plan predicts greedy decoding; this card samples "
                            f"(temperature {pair.card.temperature})")

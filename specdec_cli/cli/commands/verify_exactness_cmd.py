@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from specdec_cli.cli.options import (BATCH, COMPILE, TREE, MATMULS, SHAPES, CARD, DEVICE, DTYPE, JSON, MAX_TOKENS,
+from specdec_cli.cli.options import (BATCH, COMPILE, TREE, MATMULS, SHAPES, CARD, DEVICE, DTYPE, QUANTIZE, JSON, MAX_TOKENS,
     PROMPTS_FILE, SEED, TEMPERATURE, TOP_K, TOP_P)
 from specdec_cli.cli.app import app
 from specdec_cli.errors import SpecdecError
@@ -31,6 +31,7 @@ def verify_exactness(
     as_json: bool = JSON,
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
+    quantize: Optional[str] = QUANTIZE,
     shapes: Optional[str] = SHAPES,
     matmuls: Optional[str] = MATMULS,
     compile: Optional[bool] = COMPILE,
@@ -74,7 +75,7 @@ def verify_exactness(
                             samples=samples, positions=positions, alpha=alpha, bitwise=bitwise, batch=batch_size)
     items, k_list = request.items(), request.k_list
     json_out.start(as_json, command="verify-exactness", card=card)
-    pair = load(card, drafts=request.specs, batch=batch_size, max_tokens=max_tokens, device=device, dtype=dtype, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree,
+    pair = load(card, drafts=request.specs, batch=batch_size, max_tokens=max_tokens, device=device, dtype=dtype, quantize=quantize, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     draft_list = [build_draft(s, pair) for s in request.specs] or [pair.draft]
     if not pair.sampling.greedy:

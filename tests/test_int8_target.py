@@ -1,0 +1,74 @@
+"""An int8 target (`quantize: int8`, engine/quantize.py's RowInt8Linear): each output row bitwise
+independent of the other rows and of the width, the int8 products summed exactly; the decoder
+bitwise transformers' forward over int8 layers; and through the CLI, speculation equal to the
+int8 model's own greedy decode, pinned, with its own cost profile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec_cli.engine.quantize import RowInt8Linear, quantize_target_int8
+
+from .conftest import parse_json_lines
+from .test_decoder import forwards, same, tiny
+from .test_kernels import tiny_card
+
+
+def layer(out_features=96, in_features=64, bias=True) -> torch.nn.Linear:
+    torch.manual_seed(0)
+    return torch.nn.Linear(in_features, out_features, bias=bias)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_each_row_is_bitwise_its_own_whatever_the_width(bias):
+    int8 = RowInt8Linear(layer(bias=bias))
+    x = torch.randn(8, 64) * torch.logspace(-3, 2, 8)[:, None]  # rows of very different scales
+    x[3, 5] = 300.0  # an outlier channel in one row only
+    full = int8(x)
+    assert all(torch.equal(int8(x[:m]), full[:m]) for m in range(1, 9))
+    assert all(torch.equal(int8(x[i : i + 1])[0], full[i]) for i in range(8))
+    assert torch.equal(int8(x[None])[0], full)  # [rows, n, in] as a forward gives it
+
+
+def test_the_int8_products_are_summed_exactly():
+    """What the op returns is the exact integer sum of the rounded rows times the weights' int8
+    values, scaled back (no int16 saturation on this CPU), to float32's rounding."""
+    linear = layer(bias=False)
+    int8 = RowInt8Linear(linear)
+    x = torch.randn(5, 64)
+    step = x.abs().amax(-1, keepdim=True) / 127
+    w = linear.weight.detach()
+    scale = w.abs().amax(1) / 127
+    exact = (torch.round(x / step).double() @ torch.round(w / scale[:, None]).double().t()) * scale.double() * step.double()
+    assert torch.allclose(int8(x).double(), exact, rtol=1e-5, atol=1e-6)
+    assert (int8(x) - x @ w.t()).abs().max() < 0.05 * (x @ w.t()).abs().max()  # and close to the float layer
+
+
+def test_every_linear_layer_goes_int8_and_the_head_keeps_its_weight():
+    lm = tiny("llama")
+    head_weight = lm.model.get_output_embeddings().weight
+    assert quantize_target_int8(lm.model) == 3 * 7 + 1
+    assert not any(type(m) is torch.nn.Linear for m in lm.model.modules())
+    assert lm.model.get_output_embeddings().weight is head_weight  # a features draft reads it
+    assert lm.model.model.layers[0].mlp.down_proj.weight is None  # one copy: the int8 one
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_the_decoder_runs_int8_layers_bitwise_as_transformers_does(model_type, one_thread):
+    lm = tiny(model_type)
+    lm.quantize("int8")
+    assert lm.decoder is not None and lm.quantized == "int8"
+    assert same(forwards(lm, True, 6, 1, True), forwards(lm, False, 6, 1, True))
+
+
+def test_an_int8_target_speculates_exactly_pinned(run, write_card, one_thread):
+    card = tiny_card(write_card)
+    r = run("generate", "-c", card, "--quantize", "int8", "-m", "both", "--json", "ab ab ab ab ab")
+    assert r.exit_code == 0, r.stderr
+    out = parse_json_lines(r.stdout)[0]
+    assert out["quantize"] == "int8" and out["shapes"] == "pinned" and out["identical"]
+    assert out["spec"]["tokens"] == out["greedy"]["tokens"] and len(out["greedy"]["tokens"]) == 12
+    assert out["cost_profile"]["cached"] is False  # its own profile, not the float model's
+    r = run("generate", "-c", card, "-m", "both", "--json", "ab ab ab ab ab")
+    assert parse_json_lines(r.stdout)[0]["cost_profile"]["cached"] is False
