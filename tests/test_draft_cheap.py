@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+from specdec_cli.engine.quantize import RowInt8Linear
 
 from specdec_cli.cards.card import load_card
 from specdec_cli.loop.decoding import greedy_decode, speculative_decode
@@ -47,7 +47,7 @@ def test_bad_cheap_draft_fields_are_one_error_line(run, write_card, draft, messa
 
 
 def test_int8_draft_off_the_cpu_is_refused_before_loading(write_card, monkeypatch):
-    """Dynamic int8 layers have CPU kernels only: a card whose device resolves to a GPU fails
+    """int8 layers have CPU kernels only (fbgemm): a card whose device resolves to a GPU fails
     before the (slow) target load, naming the field."""
     import specdec_cli.engine.placement as placement
     import specdec_cli.pair.loading as pair_mod
@@ -60,7 +60,7 @@ def test_int8_draft_off_the_cpu_is_refused_before_loading(write_card, monkeypatc
     card = load_card(str(tiny_card(write_card, device="auto", quantize="int8")))
     with pytest.raises(SpecdecError) as e:
         load_pair(card)
-    assert str(e.value) == (f"{card.path}: draft.quantize: 'int8' runs on the CPU only (dynamic int8 layers), "
+    assert str(e.value) == (f"{card.path}: draft.quantize: 'int8' runs on the CPU only (fbgemm's int8 layers), "
                             f"but device 'auto' is cuda")
 
 
@@ -75,10 +75,10 @@ def test_cheap_draft_runs_cheap_and_spec_equals_greedy(write_card, one_thread, d
     assert lm.model.dtype == dtype
     assert pair.draft.name == f"model(random:{TINY}, {label})"  # its own name: its own measured cost
     float_layers = [m for m in lm.model.modules() if isinstance(m, torch.nn.Linear)]
-    int8_layers = [m for m in lm.model.modules() if isinstance(m, Int8Linear)]
-    if draft.get("quantize"):  # every linear layer but the MLP's down projection; the (tied) LM head too
-        assert len(int8_layers) == 4 * 6 + 1 and isinstance(lm.model.get_output_embeddings(), Int8Linear)
-        assert len(float_layers) == 4 and all(m is layer.mlp.down_proj for m, layer in zip(float_layers, lm.model.model.layers))
+    int8_layers = [m for m in lm.model.modules() if isinstance(m, RowInt8Linear)]
+    if draft.get("quantize"):  # every linear layer, the (tied) LM head too
+        assert len(int8_layers) == 4 * 7 + 1 and isinstance(lm.model.get_output_embeddings(), RowInt8Linear)
+        assert not float_layers
     else:
         assert len(float_layers) == 4 * 7 + 1 and not int8_layers
     prompt = list(range(3, 15))

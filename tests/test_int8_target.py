@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_cli.engine.quantize import RowInt8Linear, quantize_target_int8
+from specdec_cli.engine.quantize import RowInt8Linear, quantize_int8
 
 from .conftest import parse_json_lines
 from .test_decoder import forwards, same, tiny
@@ -48,7 +48,7 @@ def test_the_int8_products_are_summed_exactly():
 def test_every_linear_layer_goes_int8_and_the_head_keeps_its_weight():
     lm = tiny("llama")
     head_weight = lm.model.get_output_embeddings().weight
-    assert quantize_target_int8(lm.model) == 3 * 7 + 1
+    assert quantize_int8(lm.model) == 3 * 7 + 1
     assert not any(type(m) is torch.nn.Linear for m in lm.model.modules())
     assert lm.model.get_output_embeddings().weight is head_weight  # a features draft reads it
     assert lm.model.model.layers[0].mlp.down_proj.weight is None  # one copy: the int8 one

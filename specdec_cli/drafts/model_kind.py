@@ -3,7 +3,7 @@
 
     draft: {kind: model, model: HuggingFaceTB/SmolLM2-135M-Instruct}
 Fields: model (a model reference, required), revision (the draft's own hub revision), dtype
-(auto = the target's) and quantize (int8: dynamically quantized nn.Linear layers, CPU only).
+(auto = the target's) and quantize (int8: engine/quantize.py's int8 layers, CPU only).
 Serves on vLLM (draft_model), SGLang (STANDALONE) and llama.cpp (draft-simple).
 """
 
@@ -18,7 +18,7 @@ from specdec_cli.drafts.registry import Field, Kind
 if TYPE_CHECKING:
     from specdec_cli.drafts.model_draft import ModelDraft
 
-QUANTIZE = ("none", "int8")  # as loaded, or int8 nn.Linear layers (CPU)
+QUANTIZE = ("none", "int8")  # as loaded, or int8 linear layers (CPU; engine/quantize.py)
 
 
 class Model(Kind):
@@ -28,7 +28,7 @@ class Model(Kind):
         Field("model", text, required=True),  # a model reference (models.parse_ref)
         Field("revision", text),  # the draft's hub revision (the card's `revision` is the target's)
         Field("dtype", choice(("auto", *DTYPE_NAMES)), "auto"),  # auto = the target's; the target verifies in its own
-        Field("quantize", choice(QUANTIZE), "none"),  # int8 = dynamically quantized nn.Linear layers (CPU only)
+        Field("quantize", choice(QUANTIZE), "none"),  # int8 = RowInt8Linear layers (CPU only)
     )
     engines = ("vllm", "sglang", "llama.cpp")
 
@@ -58,7 +58,7 @@ class Model(Kind):
         if model_ref(card, "draft.model", spec.model).kind == "toy":
             raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
         if spec.quantize == "int8" and resolve_device(card.device).type != "cpu":
-            raise SpecdecError(f"{card.path}: draft.quantize: 'int8' runs on the CPU only (dynamic int8 layers), "
+            raise SpecdecError(f"{card.path}: draft.quantize: 'int8' runs on the CPU only (fbgemm's int8 layers), "
                                f"but device {card.device!r} is {resolve_device(card.device)}")
 
     def build(self, spec, pair, name: str) -> ModelDraft:
@@ -66,7 +66,6 @@ class Model(Kind):
 
         from specdec_cli.engine.models import HFLM, model_ref
         from specdec_cli.engine.placement import DTYPES
-        from specdec_cli.engine.quantize import quantize_int8
         from specdec_cli.engine.tokenizers import check_vocab
 
         card = pair.card
@@ -84,7 +83,7 @@ class Model(Kind):
             raise SpecdecError(f"{card.path}: draft.model: {e}") from None
         if spec.quantize == "int8":
             try:
-                quantize_int8(model)
+                model.quantize("int8")
             except SpecdecError as e:
                 raise SpecdecError(f"{card.path}: draft.quantize: {e}") from None
         return self.draft(model, shared, name=name)

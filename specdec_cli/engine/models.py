@@ -28,7 +28,7 @@ from specdec_cli.errors import SpecdecError
 from specdec_cli.files import cache_dir
 from specdec_cli.engine import converted, kernels
 from specdec_cli.engine.decoder import Decoder, unsupported as decoder_unsupported
-from specdec_cli.engine.quantize import quantize_target_int8
+from specdec_cli.engine.quantize import quantize_int8
 from specdec_cli.engine.tokenizers import ByteTokenizer, HFTokenizer, ToyTokenizerAdapter
 from specdec_cli.engine.toy_model import ToyLM
 
@@ -166,12 +166,12 @@ class HFLM:
         return self._compiled is not None
 
     def quantize(self, mode: str) -> int:
-        """The target's linear layers in int8 where `mode` is int8 (quantize.quantize_target_int8:
-        rows bitwise independent, so exact speculation against this int8 model), before its
-        forward policy is configured. Returns the layers replaced."""
+        """The model's linear layers in int8 where `mode` is int8 (quantize.quantize_int8: rows
+        bitwise independent, so a target's speculation is exact against this int8 model), before
+        its forward policy is configured. Returns the layers replaced."""
         if mode == "none":
             return 0
-        replaced = quantize_target_int8(self.model)
+        replaced = quantize_int8(self.model)
         self._quantized, self._decoder = mode, False  # the decoder is built again over the int8 layers
         return replaced
 

@@ -1,6 +1,6 @@
-"""int8 layers: a draft's dynamically quantized ones (quantize_int8: approximate, which costs
-acceptance, never exactness), and a target's with every row scaled alone (quantize_target_int8,
-`quantize: int8`: the int8 model is then the one speculation is exact against)."""
+"""int8 linear layers with every row scaled alone (RowInt8Linear): a target's (`quantize: int8`:
+the int8 model is then the one speculation is exact against) and a draft model's
+(`draft.quantize: int8`: cheaper proposals; the target verifies every token)."""
 
 from __future__ import annotations
 
@@ -11,33 +11,6 @@ import torch
 from specdec_cli.errors import SpecdecError
 
 
-def quantize_int8(lm):
-    """`lm` with its nn.Linear layers (the LM head included) replaced, in place, by dynamically
-    quantized int8 layers: int8 weights with one scale per output row, activations quantized on
-    each call. A decode step then reads about half the weight bytes of float32 and uses the
-    CPU's int8 dot products: faster, and approximate, so only for a draft (the target verifies
-    every token in its own dtype). A tied embedding stays float (a lookup, not a matmul).
-    CPU only; `lm` must be float32.
-
-    The MLP's down projection stays float32: its input, act(gate) * up, has the outlier channels
-    that one int8 scale per call rounds away. On Qwen2.5-Coder-0.5B drafting for the 1.5B,
-    quantizing it too cut agreement on code from 0.92 to 0.86 for a step 0.10 instead of 0.16
-    target steps (README, Cards)."""
-    try:
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-    except ImportError:
-        raise SpecdecError(f"int8 needs torch.ao.quantization.quantize_dynamic, gone from torch {torch.__version__}") from None
-    layers = {name: per_channel_dynamic_qconfig for name, module in lm.model.named_modules()
-              if isinstance(module, torch.nn.Linear) and not name.endswith(KEEP_FLOAT)}
-    with warnings.catch_warnings():  # deprecated (moving to torchao), still working in torch 2.13
-        warnings.simplefilter("ignore")
-        quantize_dynamic(lm.model, layers, dtype=torch.qint8, inplace=True)
-    return lm
-
-
-KEEP_FLOAT = ("down_proj",)  # quantize_int8 leaves these layers float (Llama, Qwen, Mistral, Gemma naming)
-
-
 class RowInt8Linear(torch.nn.Module):
     """A target's linear layer in int8 whose every output row depends on its own input row only,
     bitwise, whatever the forward's width: weights int8 with one scale per output channel
@@ -45,7 +18,9 @@ class RowInt8Linear(torch.nn.Module):
     products summed in int32 (exact, so in any order), then scaled back per element. The weights
     stream a quarter of float32's bytes, and a forward of 8 tokens costs about what one does.
     (torch's dynamic int8 takes one scale per call, over every row: rows would change each
-    other's rounding.) `weight` is the float weight only where `keep` (the LM head: a tied
+    other's rounding; on the Qwen2.5-Coder-0.5B draft it also kept the down projections float,
+    whose outlier channels one scale per call rounds away, and drafted 2.18 tokens a round at
+    0.52 target steps where these layers draft 2.61 at 0.46: docs/kernels.md.) `weight` is the float weight only where `keep` (the LM head: a tied
     embedding or a features draft reads it), else None: one int8 copy."""
 
     OP = "linear_with_input_q_dq_qweight_dq_output_fp32"  # quantized::, fbgemm: float in, int8 x int8 -> int32, float out
@@ -71,13 +46,12 @@ class RowInt8Linear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 rows"
 
 
-def quantize_target_int8(model: torch.nn.Module) -> int:
-    """A float32 target's linear layers, the LM head included, as RowInt8Linear, in place
-    (`quantize: int8`): exact speculation against this int8 model (under pinned shapes: the
-    attention stays float), at int8's speed. Returns the layers replaced. CPU only (fbgemm).
-    (The down projection's outlier channels, which quantize_int8 keeps float for a draft, cost
-    little here: each row has its own scale. SmolLM2-135M's greedy text stays on the float
-    model's for 4-27 tokens on six prompts, then goes its own, as fluent, way: docs/kernels.md.)"""
+def quantize_int8(model: torch.nn.Module) -> int:
+    """A float32 model's linear layers, the LM head included, as RowInt8Linear, in place. For a
+    target (`quantize: int8`), speculation is exact against this int8 model (under pinned
+    shapes: the attention stays float); SmolLM2-135M's greedy text stays on the float model's
+    for 4-27 tokens on six prompts, then goes its own, as fluent, way (docs/kernels.md).
+    Returns the layers replaced. CPU only (fbgemm)."""
     if not hasattr(torch.ops.quantized, RowInt8Linear.OP):
         raise SpecdecError(f"int8 needs torch.ops.quantized.{RowInt8Linear.OP}, not in torch {torch.__version__}")
     head = model.get_output_embeddings()
