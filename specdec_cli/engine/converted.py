@@ -29,6 +29,12 @@ def folder(gguf: Path) -> Path:
     return cache_dir("converted", gguf.name.removesuffix(".gguf"))
 
 
+# Shards of at most this size: models.load reads a CPU target's weights into memory a shard at a
+# time (not mapped, so a weight freed later gives its memory back), and holds one shard's bytes
+# beside the weights while it does (one 7.1 GB file: 14.0 GB at load for the Qwen pair's target).
+SHARD = "500MB"
+
+
 def is_converted(path: str) -> bool:
     return Path(path).parent == cache_dir("converted")
 
@@ -39,7 +45,7 @@ def stamp(gguf: Path) -> dict:
 
     info = gguf.resolve().stat()
     return {"gguf": str(gguf.resolve()), "size": info.st_size, "mtime_ns": info.st_mtime_ns,
-            "transformers": transformers.__version__}
+            "transformers": transformers.__version__, "shard": SHARD}
 
 
 def ready(gguf: Path) -> Path | None:
@@ -73,7 +79,7 @@ def convert(gguf: Path) -> Path:
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        model.save_pretrained(partial)
+        model.save_pretrained(partial, max_shard_size=SHARD)
         tok.save_pretrained(partial)  # tokenizer.json, the chat template, the special tokens
         (partial / STAMP).write_text(json.dumps(stamp(gguf)))
         del model

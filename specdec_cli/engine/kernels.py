@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec_cli import settings
+from specdec_cli.engine.memory import give_back
 from specdec_cli.files import cache_dir
 
 MODES = ("measure", "off", "all", "packed")
@@ -138,6 +139,7 @@ class WeightMajor:
             if layer.packable and layer.weight.numel():
                 self.pack(layer)
                 layer.weight = torch.nn.Parameter(layer.weight.new_empty(0), requires_grad=False)
+        give_back()  # the plain weights just freed
 
 
 def can_pack(model: torch.nn.Module) -> bool:
