@@ -43,7 +43,8 @@ def test_the_first_load_converts_and_later_loads_read_the_folder(run, monkeypatc
     assert converted.ready(gguf) == converted.folder(gguf) == folder
     assert json.loads((folder / "source.json").read_text()) == {
         "gguf": str(gguf.resolve()), "size": gguf.stat().st_size, "mtime_ns": gguf.stat().st_mtime_ns,
-        "transformers": transformers.__version__}
+        "transformers": transformers.__version__, "shard": converted.SHARD}
+    assert len(list(folder.glob("model-*-of-*.safetensors"))) >= 2  # 0.5 GB in shards: read one at a time
     config = json.loads((folder / "config.json").read_text())
     assert "quantization_config" not in config and config["dtype"] == "float32"
     assert not list(folder.parent.glob(".*partial"))  # no half-made folder left beside it
@@ -59,12 +60,12 @@ def test_the_first_load_converts_and_later_loads_read_the_folder(run, monkeypatc
         assert torch.equal(folder_lm(ids).logits, gguf_lm(ids).logits)
 
 
-def test_a_folder_from_another_file_or_transformers_is_not_read(monkeypatch, tmp_path):
+def test_a_folder_from_another_file_transformers_or_shard_size_is_not_read(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     gguf = smollm2_gguf()
     folder = converted.convert(gguf)
     stamp = json.loads((folder / "source.json").read_text())
-    for field, other in (("transformers", "4.0.0"), ("size", stamp["size"] + 1), ("mtime_ns", 0)):
+    for field, other in (("transformers", "4.0.0"), ("size", stamp["size"] + 1), ("mtime_ns", 0), ("shard", "5GB")):
         (folder / "source.json").write_text(json.dumps({**stamp, field: other}))
         assert converted.ready(gguf) is None, field
     (folder / "source.json").unlink()  # a folder from before stamps (export convert's, once)
