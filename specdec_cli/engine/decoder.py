@@ -99,7 +99,8 @@ class Decoder:
             x = x + h
             h = _norm(x, layer.post_attention_layernorm.weight, self.eps)
             mlp = layer.mlp
-            x = x + _mm(linear, mlp.down_proj, torch.nn.functional.silu(_mm(linear, mlp.gate_proj, h)) * _mm(linear, mlp.up_proj, h))
+            gated = torch.nn.functional.silu(_mm(linear, mlp.gate_proj, h)) * _mm(linear, mlp.up_proj, h)
+            x = x + _mm(linear, mlp.down_proj, gated)
         hidden = _norm(x, self.norm, self.eps)
         logits = _mm(linear, self.model.lm_head, hidden)  # looked up here: kernels.install swaps the linear layers
         return (logits, hidden) if features else logits
