@@ -12,16 +12,17 @@ from specdec_cli.errors import SpecdecError
 
 
 class RowInt8Linear(torch.nn.Module):
-    """A target's linear layer in int8 whose every output row depends on its own input row only,
-    bitwise, whatever the forward's width: weights int8 with one scale per output channel
-    (fbgemm, prepacked), each input row scaled by its own absmax to [-127, 127] and rounded, the
-    products summed in int32 (exact, so in any order), then scaled back per element. The weights
-    stream a quarter of float32's bytes, and a forward of 8 tokens costs about what one does.
+    """A linear layer in int8 whose every output row depends on its own input row only, bitwise,
+    whatever the forward's width: weights int8 with one scale per output channel (fbgemm,
+    prepacked), each input row scaled by its own absmax to [-127, 127] and rounded, the products
+    summed in int32 (exact, so in any order), then scaled back per element. The weights stream a
+    quarter of float32's bytes, and a forward of 8 tokens costs about what one does.
     (torch's dynamic int8 takes one scale per call, over every row: rows would change each
     other's rounding; on the Qwen2.5-Coder-0.5B draft it also kept the down projections float,
     whose outlier channels one scale per call rounds away, and drafted 2.18 tokens a round at
-    0.52 target steps where these layers draft 2.61 at 0.46: docs/kernels.md.) `weight` is the float weight only where `keep` (the LM head: a tied
-    embedding or a features draft reads it), else None: one int8 copy."""
+    0.52 target steps where these layers draft 2.61 at 0.46: docs/kernels.md.) `weight` is the
+    float weight only where `keep` (the LM head: a tied embedding or a features draft reads it),
+    else None: one int8 copy."""
 
     OP = "linear_with_input_q_dq_qweight_dq_output_fp32"  # quantized::, fbgemm: float in, int8 x int8 -> int32, float out
 
