@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_cli.engine.quantize import RowInt8Linear, quantize_int8
+from specdec_cli.engine.quantize import RowInt8Fused, RowInt8Linear, RowInt8Part, quantize_int8
 
 from .conftest import parse_json_lines
 from .test_decoder import forwards, same, tiny
@@ -52,6 +52,43 @@ def test_every_linear_layer_goes_int8_and_the_head_keeps_its_weight():
     assert not any(type(m) is torch.nn.Linear for m in lm.model.modules())
     assert lm.model.get_output_embeddings().weight is head_weight  # a features draft reads it
     assert lm.model.model.layers[0].mlp.down_proj.weight is None  # one copy: the int8 one
+
+
+@pytest.mark.parametrize("biases", [(True, True, True), (False, False, False), (True, False, True)])
+def test_a_fused_layer_is_bitwise_its_separate_layers(biases):
+    """One int8 matmul for layers of one input (q/k/v, gate/up): the same outputs, bit for bit,
+    as each layer alone, at every width; its parts, called on one input as transformers' forward
+    calls them, share one product and let it go once each has taken its own."""
+    layers = [layer(out, 64, bias) for out, bias in zip((96, 32, 48), biases)]
+    for i, m in enumerate(layers):  # different weights, and scales, per layer
+        m.weight.data *= 10.0 ** (i - 1)
+    fused, alone = RowInt8Fused(layers), [RowInt8Linear(m) for m in layers]
+    x = torch.randn(8, 64) * torch.logspace(-3, 2, 8)[:, None]
+    for m in (1, 3, 8):
+        assert all(torch.equal(a, b) for a, b in zip(fused.split(x[:m]), [y(x[:m]) for y in alone]))
+    parts = [RowInt8Part(fused, i) for i in range(3)]
+    q, k = parts[0](x), parts[1](x)
+    assert q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()  # one product
+    assert torch.equal(parts[2](x), alone[2](x)) and fused._last is None  # each part taken: let go
+    k = parts[1](x)
+    other = parts[1](x.clone())  # another input (or a part asked twice): computed anew
+    assert torch.equal(other, k) and other.untyped_storage().data_ptr() != k.untyped_storage().data_ptr()
+
+
+def test_quantize_fuses_each_layer_s_projections_and_changes_no_bit():
+    lm, separate = tiny("qwen2"), tiny("qwen2")  # q/k/v with biases
+    quantize_int8(lm.model)
+    for parent in list(separate.model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(parent, name, RowInt8Linear(child))
+    attention, mlp = lm.model.model.layers[0].self_attn, lm.model.model.layers[0].mlp
+    assert {attention.q_proj.fused, attention.k_proj.fused, attention.v_proj.fused} == {attention.q_proj.fused}
+    assert type(mlp.gate_proj) is RowInt8Part and mlp.gate_proj.fused is mlp.up_proj.fused
+    assert type(attention.o_proj) is RowInt8Linear and type(mlp.down_proj) is RowInt8Linear
+    ids = torch.tensor([list(range(3, 15))])
+    with torch.inference_mode():
+        assert torch.equal(lm.model(ids).logits, separate.model(ids).logits)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])

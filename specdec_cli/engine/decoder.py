@@ -17,7 +17,7 @@ import torch
 
 from specdec_cli.engine import attention, kernels
 from specdec_cli.engine.attention import Detour
-from specdec_cli.engine.quantize import RowInt8Linear
+from specdec_cli.engine.quantize import RowInt8Fused, RowInt8Linear, RowInt8Part
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")  # the same layer, Qwen2's q/k/v with a bias
 
@@ -37,7 +37,7 @@ def unsupported(model) -> str | None:
     if model.get_input_embeddings().weight.device.type != "cpu":
         return "a GPU (its fused sdpa takes grouped heads its own way)"
     odd = {f"{type(m).__module__}.{type(m).__qualname__}" for m in model.modules() if isinstance(m, torch.nn.Module) and hasattr(m, "in_features")
-           and type(m) not in (torch.nn.Linear, kernels.SwitchedLinear, RowInt8Linear)}
+           and type(m) not in (torch.nn.Linear, kernels.SwitchedLinear, RowInt8Linear, RowInt8Fused, RowInt8Part)}
     if odd:
         return f"{', '.join(sorted(odd))} layers (the decoder computes plain, switched and row-int8 linear layers)"
     return None
@@ -61,7 +61,17 @@ def _rotary(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 def _mm(linear, layer, x: torch.Tensor) -> torch.Tensor:
     """x through `layer`: the forward's matmul form (kernels.form_of), or an int8 layer's own."""
-    return layer.forward(x) if type(layer) is RowInt8Linear else linear(layer, x)
+    return layer.forward(x) if type(layer) in (RowInt8Linear, RowInt8Part) else linear(layer, x)
+
+
+def _mms(linear, layers, x: torch.Tensor) -> list[torch.Tensor]:
+    """x through each of `layers`: one int8 matmul where they are the parts of one RowInt8Fused
+    (quantize.FUSED), else one call each."""
+    fused = getattr(layers[0], "fused", None)
+    if fused is not None and len(layers) == len(fused.sizes) and all(
+            type(m) is RowInt8Part and m.fused is fused and m.i == i for i, m in enumerate(layers)):
+        return fused.split(x)
+    return [_mm(linear, m, x) for m in layers]
 
 
 class Decoder:
@@ -99,7 +109,8 @@ class Decoder:
             x = x + h
             h = _norm(x, layer.post_attention_layernorm.weight, self.eps)
             mlp = layer.mlp
-            gated = torch.nn.functional.silu(_mm(linear, mlp.gate_proj, h)) * _mm(linear, mlp.up_proj, h)
+            gate, up = _mms(linear, (mlp.gate_proj, mlp.up_proj), h)
+            gated = torch.nn.functional.silu(gate) * up
             x = x + _mm(linear, mlp.down_proj, gated)
         hidden = _norm(x, self.norm, self.eps)
         logits = _mm(linear, self.model.lm_head, hidden)  # looked up here: kernels.install swaps the linear layers
@@ -110,9 +121,7 @@ class Decoder:
         a = layer.self_attn
         b, s, _ = h.shape
         shape = (b, s, -1, self.head_dim)
-        q = _mm(linear, a.q_proj, h).view(shape).transpose(1, 2)
-        k = _mm(linear, a.k_proj, h).view(shape).transpose(1, 2)
-        v = _mm(linear, a.v_proj, h).view(shape).transpose(1, 2)
+        q, k, v = (y.view(shape).transpose(1, 2) for y in _mms(linear, (a.q_proj, a.k_proj, a.v_proj), h))
         cos, sin, half = rotary
         q, k = q * cos + q.roll(half, -1) * sin, k * cos + k.roll(half, -1) * sin
         k_buffer.scatter_(2, at, k)
