@@ -64,6 +64,30 @@ def test_int8_draft_off_the_cpu_is_refused_before_loading(write_card, monkeypatc
                             f"but device 'auto' is cuda")
 
 
+@pytest.mark.parametrize("quantize", ["int8", "none"])
+def test_an_int8_draft_is_loaded_and_quantized_before_the_target(write_card, monkeypatch, quantize):
+    """Its float32 weights are gone before the target's are read, so the two are never held
+    together (the Qwen pair's peak memory: docs/kernels.md); a float draft loads after."""
+    import specdec_cli.pair.loading as pair_mod
+
+    loaded, load = [], pair_mod.load
+
+    def recording(*args, **kwargs):
+        held = [lm.quantized for lm in loaded]  # how the models loaded so far are held now
+        lm, tokenizer = load(*args, **kwargs)
+        loaded.append(lm)
+        seen.append(held)
+        return lm, tokenizer
+
+    seen = []
+    monkeypatch.setattr(pair_mod, "load", recording)
+    pair = load_pair(load_card(str(tiny_card(write_card, quantize=quantize))))
+    draft = pair.draft.lm
+    assert loaded == ([draft, pair.target] if quantize == "int8" else [pair.target, draft])
+    assert seen == ([[], ["int8"]] if quantize == "int8" else [[], ["none"]]) and not pair.early
+    assert draft.quantized == quantize and pair.target.quantized == "none"
+
+
 @pytest.mark.parametrize("draft, dtype, label", [
     ({"dtype": "bfloat16"}, torch.bfloat16, "bfloat16"),
     ({"quantize": "int8"}, torch.float32, "int8"),

@@ -54,6 +54,16 @@ def test_every_linear_layer_goes_int8_and_the_head_keeps_its_weight():
     assert lm.model.model.layers[0].mlp.down_proj.weight is None  # one copy: the int8 one
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_draft_s_head_drops_its_float_weight_unless_it_is_the_embedding(tied):
+    lm = tiny("llama", tie_word_embeddings=tied)
+    embedding = lm.model.get_input_embeddings().weight
+    quantize_int8(lm.model, head_weight=False)  # a model draft's: only its logits are read
+    head = lm.model.get_output_embeddings()
+    assert type(head) is RowInt8Linear and (head.weight is embedding if tied else head.weight is None)
+    assert lm.model.get_input_embeddings().weight is embedding
+
+
 @pytest.mark.parametrize("biases", [(True, True, True), (False, False, False), (True, False, True)])
 def test_a_fused_layer_is_bitwise_its_separate_layers(biases):
     """One int8 matmul for layers of one input (q/k/v, gate/up): the same outputs, bit for bit,

@@ -61,31 +61,34 @@ class Model(Kind):
             raise SpecdecError(f"{card.path}: draft.quantize: 'int8' runs on the CPU only (fbgemm's int8 layers), "
                                f"but device {card.device!r} is {resolve_device(card.device)}")
 
-    def build(self, spec, pair, name: str) -> ModelDraft:
+    def _load(self, spec, card, dtype) -> tuple:
+        """(reference, dtype, revision, quantize) of the draft model, for a target in `dtype`."""
         import torch
 
-        from specdec_cli.engine.models import HFLM, model_ref
+        from specdec_cli.engine.models import model_ref
         from specdec_cli.engine.placement import DTYPES
+
+        # The draft's own dtype (the target verifies in its own, so outputs stay exact); int8 layers
+        # are quantized from float32 weights and take float32 activations.
+        dtype = dtype if spec.dtype == "auto" else DTYPES[spec.dtype]
+        dtype = torch.float32 if spec.quantize == "int8" else dtype
+        return model_ref(card, "draft.model", spec.model), dtype, spec.revision, spec.quantize
+
+    def loads_first(self, spec, card, dtype) -> tuple | None:
+        return self._load(spec, card, dtype) if spec.quantize != "none" else None
+
+    def build(self, spec, pair, name: str) -> ModelDraft:
+        from specdec_cli.engine.models import HFLM
         from specdec_cli.engine.tokenizers import check_vocab
 
         card = pair.card
-        ref = model_ref(card, "draft.model", spec.model)
-        # The draft's own dtype (the target verifies in its own, so outputs stay exact); int8 layers
-        # are quantized from float32 weights and take float32 activations.
-        dtype = pair.dtype if spec.dtype == "auto" else DTYPES[spec.dtype]
-        dtype = torch.float32 if spec.quantize == "int8" else dtype
-        model, tok = pair.load_model(ref, dtype, spec.revision)
+        model, tok = pair.load_model(*self._load(spec, card, pair.dtype))
         if not isinstance(model, HFLM):
             raise SpecdecError(f"{card.path}: draft.model: must be a transformers model, got {spec.model!r}")
         try:
             shared = check_vocab(pair.tokenizer, tok, card.target, spec.model)
         except SpecdecError as e:
             raise SpecdecError(f"{card.path}: draft.model: {e}") from None
-        if spec.quantize == "int8":
-            try:
-                model.quantize("int8")
-            except SpecdecError as e:
-                raise SpecdecError(f"{card.path}: draft.quantize: {e}") from None
         return self.draft(model, shared, name=name)
 
     def export(self, engine: str, spec, card, model, notes: list[str]) -> dict:

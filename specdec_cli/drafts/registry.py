@@ -67,6 +67,12 @@ class Kind:
     def before_load(self, spec, card, target) -> None:
         """Checks that need no model loaded (`target`: the target's models.ModelRef)."""
 
+    def loads_first(self, spec, card, dtype) -> tuple | None:
+        """(reference, dtype, revision, quantize) of a model the draft loads that load_pair loads
+        before the target (`dtype`: the target's): a quantized draft's float weights are then gone
+        before the target's arrive, never both in memory. build takes it through Pair.load_model."""
+        return None
+
     def build(self, spec, pair, name: str) -> Draft:
         """The draft for a loaded pair (its target, device, dtype, tokenizer, references)."""
         raise NotImplementedError

@@ -106,16 +106,19 @@ class RowInt8Part(torch.nn.Module):
         return f"part {self.i} of {self.fused.sizes}"
 
 
-def quantize_int8(model: torch.nn.Module) -> int:
+def quantize_int8(model: torch.nn.Module, head_weight: bool = True) -> int:
     """A float32 model's linear layers, the LM head included, in int8, in place: RowInt8Linear,
     or one RowInt8Fused for the layers in a FUSED group (their parts stay, as RowInt8Part). For a
     target (`quantize: int8`), speculation is exact against this int8 model (under pinned
     shapes: the attention stays float); SmolLM2-135M's greedy text stays on the float model's
     for 4-27 tokens on six prompts, then goes its own, as fluent, way (docs/kernels.md).
-    Returns the linear layers replaced. CPU only (fbgemm)."""
+    `head_weight`: the LM head keeps its float weight (a features draft reads a target's; a tied
+    one is the embedding, kept either way). Returns the linear layers replaced. CPU only (fbgemm)."""
     if not hasattr(torch.ops.quantized, RowInt8Linear.OP):
         raise SpecdecError(f"int8 needs torch.ops.quantized.{RowInt8Linear.OP}, not in torch {torch.__version__}")
     head = model.get_output_embeddings()
+    tied = head is not None and head.weight is model.get_input_embeddings().weight
+    keep = head if head_weight or tied else None
     replaced = 0
     for parent in list(model.modules()):
         for names in FUSED:
@@ -127,6 +130,6 @@ def quantize_int8(model: torch.nn.Module) -> int:
                 replaced += len(names)
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear:
-                setattr(parent, name, RowInt8Linear(child, keep=child is head))
+                setattr(parent, name, RowInt8Linear(child, keep=child is keep))
                 replaced += 1
     return replaced

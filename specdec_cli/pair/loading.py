@@ -44,6 +44,7 @@ class Pair:
     target_name: str | None = None  # the file or hub id the target was loaded from (the cost profile's key)
     policy: kernels.ForwardPolicy = field(default_factory=lambda: kernels.ForwardPolicy("free", "off"))
     on_convert: object = None  # load_pair's: shown around a model draft's first GGUF load too
+    early: dict = field(default_factory=dict)  # load_model's arguments -> a model load_pair loaded before the target
 
     @property
     def shapes(self) -> str:
@@ -92,10 +93,12 @@ class Pair:
         elif isinstance(self.target, HFLM) and self.target.forms is not None:
             self.cost_profile((), k + 1)
 
-    def load_model(self, ref: ModelRef, dtype: torch.dtype, revision: str | None = None):
+    def load_model(self, ref: ModelRef, dtype: torch.dtype, revision: str | None = None, quantize: str = "none"):
         """(model, tokenizer) of another model beside the target (a model draft's): on the
-        target's device, under the card's trust_remote_code."""
-        return load(ref, self.device, dtype, self.card.trust_remote_code, revision, on_convert=self.on_convert)
+        target's device, under the card's trust_remote_code, its layers quantized as asked; the
+        one load_pair loaded before the target where it did (Kind.loads_first)."""
+        early = self.early.pop((ref, dtype, revision, quantize), None)
+        return early or load_beside(self.card, ref, self.device, dtype, revision, quantize, self.on_convert)
 
     def cost_profile(self, drafts: tuple = (), widths: int = cost_model.MIN_WIDTHS) -> cost_model.CostProfile:
         """The target's verify cost curve (n = 1..widths) and each draft's cost per proposed
@@ -343,6 +346,18 @@ def source_name(ref: ModelRef) -> str:
     return str(Path(ref.source) / ref.gguf_file) if ref.gguf_file else ref.source
 
 
+def load_beside(card: Card, ref: ModelRef, device: torch.device, dtype: torch.dtype, revision: str | None,
+                quantize: str, on_convert=None):
+    """(model, tokenizer) of a model draft (Pair.load_model), its layers quantized as asked."""
+    model, tokenizer = load(ref, device, dtype, card.trust_remote_code, revision, on_convert=on_convert)
+    if quantize != "none" and isinstance(model, HFLM):
+        try:
+            model.quantize(quantize, head_weight=False)  # a model draft reads only its logits
+        except SpecdecError as e:
+            raise SpecdecError(f"{card.path}: draft.quantize: {e}") from None
+    return model, tokenizer
+
+
 def load_pair(card: Card, on_compile=None, on_convert=None) -> Pair:
     """The card's target, tokenizer and draft, loaded; `on_compile`: a context around each compile
     of a decode forward shape (decoding.compile; HFLM.configure), `on_convert`: one around the
@@ -350,6 +365,10 @@ def load_pair(card: Card, on_compile=None, on_convert=None) -> Pair:
     target_ref = check_before_load(card)
     device = resolve_device(card.device)
     dtype = resolve_dtype(card.dtype, device)
+    early, first = {}, draft_kind(card.draft.kind).loads_first(card.draft, card, dtype)
+    if first is not None:  # a quantized draft, before the target: its float weights and the target's never both held
+        ref, draft_dtype, revision, layers = first
+        early[first] = load_beside(card, ref, device, draft_dtype, revision, layers, on_convert)
     # device_map: auto spreads the target over the GPUs; the draft then goes to target.device,
     # the first of them (where the embedding, and so every input, lives)
     target, tokenizer = load(target_ref, device, dtype, card.trust_remote_code, card.revision,
@@ -360,6 +379,6 @@ def load_pair(card: Card, on_compile=None, on_convert=None) -> Pair:
         raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")
     chat = tokenizer.has_chat_template() if card.chat_template == "auto" else card.chat_template
     pair = Pair(card, target, tokenizer, None, eos_ids(target, tokenizer), chat, target.device, dtype,
-                target_name=source_name(target_ref), policy=policy, on_convert=on_convert)
+                target_name=source_name(target_ref), policy=policy, on_convert=on_convert, early=early)
     pair.draft = build_draft(card.draft, pair)
     return pair
