@@ -86,6 +86,8 @@ def test_an_int8_draft_is_loaded_and_quantized_before_the_target(write_card, mon
     assert loaded == ([draft, pair.target] if quantize == "int8" else [pair.target, draft])
     assert seen == ([[], ["int8"]] if quantize == "int8" else [[], ["none"]]) and not pair.early
     assert draft.quantized == quantize and pair.target.quantized == "none"
+    kernels = {m.kernel for m in draft.model.modules() if isinstance(m, RowInt8Linear)}
+    assert kernels == ({"fbgemm"} if quantize == "int8" else set())  # its steps are one token wide
 
 
 @pytest.mark.parametrize("draft, dtype, label", [

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_cli.engine.quantize import RowInt8Fused, RowInt8Linear, RowInt8Part, quantize_int8
+from specdec_cli.engine.quantize import KERNELS, RowInt8Fused, RowInt8Linear, RowInt8Part, quantize_int8
 
 from .conftest import parse_json_lines
 from .test_decoder import forwards, same, tiny
@@ -20,9 +20,10 @@ def layer(out_features=96, in_features=64, bias=True) -> torch.nn.Linear:
     return torch.nn.Linear(in_features, out_features, bias=bias)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("bias", [True, False])
-def test_each_row_is_bitwise_its_own_whatever_the_width(bias):
-    int8 = RowInt8Linear(layer(bias=bias))
+def test_each_row_is_bitwise_its_own_whatever_the_width(bias, kernel):
+    int8 = RowInt8Linear(layer(bias=bias), kernel=kernel)
     x = torch.randn(8, 64) * torch.logspace(-3, 2, 8)[:, None]  # rows of very different scales
     x[3, 5] = 300.0  # an outlier channel in one row only
     full = int8(x)
@@ -31,11 +32,12 @@ def test_each_row_is_bitwise_its_own_whatever_the_width(bias):
     assert torch.equal(int8(x[None])[0], full)  # [rows, n, in] as a forward gives it
 
 
-def test_the_int8_products_are_summed_exactly():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_int8_products_are_summed_exactly(kernel):
     """What the op returns is the exact integer sum of the rounded rows times the weights' int8
     values, scaled back (no int16 saturation on this CPU), to float32's rounding."""
     linear = layer(bias=False)
-    int8 = RowInt8Linear(linear)
+    int8 = RowInt8Linear(linear, kernel=kernel)
     x = torch.randn(5, 64)
     step = x.abs().amax(-1, keepdim=True) / 127
     w = linear.weight.detach()
@@ -43,6 +45,19 @@ def test_the_int8_products_are_summed_exactly():
     exact = (torch.round(x / step).double() @ torch.round(w / scale[:, None]).double().t()) * scale.double() * step.double()
     assert torch.allclose(int8(x).double(), exact, rtol=1e-5, atol=1e-6)
     assert (int8(x) - x @ w.t()).abs().max() < 0.05 * (x @ w.t()).abs().max()  # and close to the float layer
+
+
+def test_both_kernels_give_the_same_bits():
+    """oneDNN and fbgemm sum the same int8 values exactly: which one runs is a matter of speed."""
+    x = torch.randn(8, 64) * torch.logspace(-3, 2, 8)[:, None]
+    onednn, fbgemm = (RowInt8Linear(layer(), kernel=k) for k in ("onednn", "fbgemm"))
+    assert all(torch.equal(onednn(x[:m]), fbgemm(x[:m])) for m in (1, 2, 5, 8))
+    lm, other = tiny("qwen2"), tiny("qwen2")
+    quantize_int8(lm.model, kernel="onednn")
+    quantize_int8(other.model, kernel="fbgemm")
+    ids = torch.tensor([list(range(3, 15))])
+    with torch.inference_mode():
+        assert torch.equal(lm.model(ids).logits, other.model(ids).logits)
 
 
 def test_every_linear_layer_goes_int8_and_the_head_keeps_its_weight():

@@ -166,14 +166,14 @@ class HFLM:
     def compiled(self) -> bool:
         return self._compiled is not None
 
-    def quantize(self, mode: str, head_weight: bool = True) -> int:
+    def quantize(self, mode: str, head_weight: bool = True, kernel: str = "onednn") -> int:
         """The model's linear layers in int8 where `mode` is int8 (quantize.quantize_int8: rows
         bitwise independent, so a target's speculation is exact against this int8 model), before
         its forward policy is configured; `head_weight`: keep the LM head's float weight (a
-        target's: features drafts read it). Returns the layers replaced."""
+        target's: features drafts read it); `kernel`: quantize.KERNELS. Returns the layers replaced."""
         if mode == "none":
             return 0
-        replaced = quantize_int8(self.model, head_weight)
+        replaced = quantize_int8(self.model, head_weight, kernel)
         give_back()  # the float weights just freed
         self._quantized, self._decoder = mode, False  # the decoder is built again over the int8 layers
         return replaced

@@ -352,7 +352,7 @@ def load_beside(card: Card, ref: ModelRef, device: torch.device, dtype: torch.dt
     model, tokenizer = load(ref, device, dtype, card.trust_remote_code, revision, on_convert=on_convert)
     if quantize != "none" and isinstance(model, HFLM):
         try:
-            model.quantize(quantize, head_weight=False)  # a model draft reads only its logits
+            model.quantize(quantize, head_weight=False, kernel="fbgemm")  # only its logits read; one-token steps
         except SpecdecError as e:
             raise SpecdecError(f"{card.path}: draft.quantize: {e}") from None
     return model, tokenizer
