@@ -38,6 +38,9 @@ def test_a_profile_measured_while_busy_is_used_once_and_not_cached(monkeypatch, 
     quiet = costs.profile(target, "toy-busy", None, {})  # one bimodal width on a quiet machine: not busy
     assert not quiet.busy and len(list(costs.cache_dir("costs").glob("*.json"))) == 1
     assert quiet.as_dict()["spread"] == [[0.05] * 5, [0.05] * 4 + [0.9]]
+    monkeypatch.setattr(costs, "measure_target", measured(lambda w: [[0.05] * w, [0.7] * w]))
+    assert costs.profile(target, "toy-busy-long", None, {}).busy  # busy while one context was measured
+    assert len(list(costs.cache_dir("costs").glob("*.json"))) == 1 and "spread 70% at the median" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("now", "remeasured", "said"), [

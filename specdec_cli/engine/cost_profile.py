@@ -52,12 +52,12 @@ class CostProfile:
 
     @property
     def busy(self) -> bool:
-        """Measured while the machine was busy: the widths' tries spread over BUSY_SPREAD at the
-        median (another job disturbs every width; one width whose time is bimodal on a quiet
-        machine does not make it busy). A target faster than CHECKED_STEP_S per step is never
-        called busy: timer noise spreads it."""
-        every = [x for row in self.spread for x in row]
-        return self.step_s >= CHECKED_STEP_S and bool(every) and statistics.median(every) > BUSY_SPREAD
+        """Measured while the machine was busy: in some context, the widths' tries spread over
+        BUSY_SPREAD at the median (another job disturbs every width it overlaps, and may come
+        for one context only; one width whose time is bimodal on a quiet machine does not make
+        it busy). A target faster than CHECKED_STEP_S per step is never called busy: timer
+        noise spreads it."""
+        return self.step_s >= CHECKED_STEP_S and any(row and statistics.median(row) > BUSY_SPREAD for row in self.spread)
 
     def width(self, n: int) -> int:
         """The width a free-shape one-row forward of n new tokens runs at (padded: cheapest_widths)."""

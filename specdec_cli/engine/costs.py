@@ -281,7 +281,7 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     key = model_key(target, ref, revision)
     widths = max(widths, MIN_WIDTHS)
     found = None if remeasure else read(key)
-    if found is not None and measured_while_busy(target, found):
+    if found is not None and (found.busy or measured_while_busy(target, found)):  # busy: cached by an older rule
         found = None
     start = time.perf_counter()
     if found is None or found.widths < widths:
@@ -290,7 +290,7 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
                             spread=spreads)
         found.padded = cheapest_widths(found) if getattr(target, "pads", False) else {}
         if found.busy:
-            middle = statistics.median(x for row in spreads for x in row)
+            middle = max(statistics.median(row) for row in spreads if row)
             _warn(f"the machine looked busy while measuring the cost profile (each width's timings spread "
                   f"{middle:.0%} at the median); using it for this run only, not caching it: measure on a quiet machine")
     if getattr(target, "forms", None) is not None:  # the one decision: the forms the curve was measured with...
