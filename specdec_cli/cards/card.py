@@ -359,7 +359,7 @@ def override(card: Card, **values) -> Card:
 
 
 def _check_quantize(where: str, card: Card, given: dict | None = None) -> None:
-    """int8 layers are quantized from float32 weights, run on a CPU (fbgemm) and are no module
+    """int8 layers are quantized from float32 weights, run on a CPU (oneDNN, fbgemm) and are no module
     inductor or accelerate place: quantize: int8 cannot go with another dtype, compile or device_map."""
     if card.quantize == "none":
         return

@@ -337,7 +337,7 @@ def quantize(card: Card, target, device: torch.device) -> None:
     if not isinstance(target, HFLM):
         raise SpecdecError(f"{card.path}: quantize: int8 needs a transformers target, got {card.target}")
     if device.type != "cpu":
-        raise SpecdecError(f"{card.path}: quantize: int8 runs on the CPU (fbgemm's int8 kernels), but device "
+        raise SpecdecError(f"{card.path}: quantize: int8 runs on the CPU (oneDNN's int8 kernels), but device "
                            f"{card.device!r} is {device}; use device: cpu")
     target.quantize(card.quantize)
 
