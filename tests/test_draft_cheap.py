@@ -71,7 +71,7 @@ def test_an_int8_draft_is_loaded_and_quantized_before_the_target(write_card, mon
     together (the Qwen pair's peak memory: docs/kernels.md); a float draft loads after."""
     import specdec_cli.pair.loading as pair_mod
 
-    loaded, load = [], pair_mod.load
+    loaded, seen, load = [], [], pair_mod.load
 
     def recording(*args, **kwargs):
         held = [lm.quantized for lm in loaded]  # how the models loaded so far are held now
@@ -80,7 +80,6 @@ def test_an_int8_draft_is_loaded_and_quantized_before_the_target(write_card, mon
         seen.append(held)
         return lm, tokenizer
 
-    seen = []
     monkeypatch.setattr(pair_mod, "load", recording)
     pair = load_pair(load_card(str(tiny_card(write_card, quantize=quantize))))
     draft = pair.draft.lm

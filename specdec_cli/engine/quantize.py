@@ -11,7 +11,9 @@ import torch
 from specdec_cli.errors import SpecdecError
 
 
-KERNELS = ("onednn", "fbgemm")  # torch's two int8 matmuls; both sum the same int8 values exactly
+# torch's two int8 matmuls, kernel -> (torch.ops namespace, op); both sum the same int8 values exactly
+OPS = {"onednn": ("onednn", "qlinear_pointwise"), "fbgemm": ("quantized", "linear_with_input_q_dq_qweight_dq_output_fp32")}
+KERNELS = tuple(OPS)
 
 
 class RowInt8Linear(torch.nn.Module):
@@ -31,6 +33,7 @@ class RowInt8Linear(torch.nn.Module):
     def __init__(self, layer: torch.nn.Linear, keep: bool = False, kernel: str = "onednn") -> None:
         super().__init__()
         self.in_features, self.out_features, self.kernel = layer.in_features, layer.out_features, kernel
+        self.op = _op(kernel)
         self.packed, self.scale = _packed(layer.weight.detach().float(), kernel)
         self.bias = None if layer.bias is None else torch.nn.Parameter(layer.bias.detach().float(), requires_grad=False)
         self.weight = layer.weight if keep else None
@@ -38,17 +41,22 @@ class RowInt8Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         step = x.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny) / 127  # each row's own scale
         if self.kernel == "fbgemm":  # it rounds x / step itself (scale 1, as uint8 + 128)
-            y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(x / step, 1.0, 128, self.packed)
+            y = self.op(x / step, 1.0, 128, self.packed)
         else:
             rows = torch.round(x / step).to(torch.int8).reshape(-1, self.in_features)
-            y = torch.ops.onednn.qlinear_pointwise(rows, 1.0, 0, self.packed, self.scale, _ZEROS, None, 1.0, 0,
-                                                   torch.float32, "none", [], "")
+            y = self.op(rows, 1.0, 0, self.packed, self.scale, _ZEROS, None, 1.0, 0, torch.float32, "none", [], "")
             y = y.reshape(*x.shape[:-1], self.out_features)
         y = y * step
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 rows, {self.kernel}"
+
+
+def _op(kernel: str):
+    """The kernel's int8 matmul (OPS)."""
+    space, name = OPS[kernel]
+    return getattr(getattr(torch.ops, space), name)
 
 
 _ZEROS = torch.zeros(1, dtype=torch.long)  # the weights' zero points (symmetric: 0)
@@ -80,6 +88,7 @@ class RowInt8Fused(RowInt8Linear):
     def __init__(self, layers: list[torch.nn.Linear], kernel: str = "onednn") -> None:
         torch.nn.Module.__init__(self)
         self.in_features, self.sizes, self.kernel = layers[0].in_features, [m.out_features for m in layers], kernel
+        self.op = _op(kernel)
         self.out_features = sum(self.sizes)
         self.packed, self.scale = _packed(torch.cat([m.weight.detach().float() for m in layers]), kernel)
         biases = [m.bias for m in layers]
@@ -133,9 +142,9 @@ def quantize_int8(model: torch.nn.Module, head_weight: bool = True, kernel: str 
     are several rows wide (on a Xeon a 5-row step cost 0.81x fbgemm's), fbgemm for a model
     draft's one-token steps (0.90x oneDNN's): docs/kernels.md. Returns the linear layers
     replaced. CPU only."""
-    op = ("onednn", "qlinear_pointwise") if kernel == "onednn" else ("quantized", "linear_with_input_q_dq_qweight_dq_output_fp32")
-    if not hasattr(getattr(torch.ops, op[0]), op[1]):
-        raise SpecdecError(f"int8 needs torch.ops.{op[0]}.{op[1]}, not in this torch {torch.__version__}")
+    space, name = OPS[kernel]
+    if not hasattr(getattr(torch.ops, space), name):
+        raise SpecdecError(f"int8 needs torch.ops.{space}.{name}, not in this torch {torch.__version__}")
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is model.get_input_embeddings().weight
     keep = head if head_weight or tied else None
