@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,8 +33,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.enviro
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch, converted_store):
     """Every test gets its own user cache directory: nothing is read from or written to the
-    real ~/.cache/specdec (cost profiles, fetched models). One thing is shared, as a link: the
-    GGUF files converted to folders (`converted_store`)."""
+    real ~/.cache/specdec (cost profiles, fetched models). Two things are shared, as links: the
+    GGUF files converted to folders (`converted_store`), and dtype: auto's choices, measured once
+    per session (engine/dtypes.py)."""
     home = tmp_path_factory.mktemp("xdg-cache")
     link_converted(home, converted_store)
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))
@@ -42,6 +44,7 @@ def _isolated_cache(tmp_path_factory, monkeypatch, converted_store):
 def link_converted(home: Path, store: Path) -> None:
     (home / "specdec").mkdir(parents=True, exist_ok=True)
     (home / "specdec" / "converted").symlink_to(store, target_is_directory=True)
+    (home / "specdec" / "dtypes").symlink_to(store.parent / "dtypes", target_is_directory=True)
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +61,8 @@ def converted_store(request, tmp_path_factory):
 
     cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: this session's own
     store = cache.mkdir("specdec-converted") if cache is not None else tmp_path_factory.mktemp("specdec-converted")
+    shutil.rmtree(store.parent / "dtypes", ignore_errors=True)  # dtype choices: measured anew each session...
+    (store.parent / "dtypes").mkdir()  # ...and shared by its tests, as a machine's are by its runs
     home = tmp_path_factory.mktemp("xdg-store")
     link_converted(home, store)
     try:
@@ -67,6 +72,7 @@ def converted_store(request, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(home))
         converted.convert(Path(ref.source) / ref.gguf_file)
+        load_pair(load_card("smollm2"))  # dtype: auto's choice for SmolLM2 on this CPU, measured once (engine/dtypes.py)
     return store
 
 

@@ -70,10 +70,11 @@ def index(tmp_path, monkeypatch):
 
 
 def cache_files() -> list[str]:
-    """Everything under the (per-test) specdec cache, as relative paths, less the link to the
-    converted folders every test's cache holds (conftest.converted_store)."""
+    """Everything under the (per-test) specdec cache, as relative paths, less the links to the
+    converted folders and the dtype choices every test's cache holds (conftest.converted_store)."""
     root = cache_dir()
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p != root / "converted") if root.exists() else []
+    shared = (root / "converted", root / "dtypes")
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p not in shared) if root.exists() else []
 
 
 def error_only(r) -> str:

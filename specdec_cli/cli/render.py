@@ -35,6 +35,8 @@ def generation_json(gen, pair) -> dict:
            "draft": pair.draft.name, "device": str(pair.device), "dtype": pair.dtype_name,
            "quantize": pair.card.quantize, "shapes": pair.shapes, "tree": pair.trees, "forward_policy": pair.policy.as_dict(),
            "greedy_form": pair.policy.form(1, pair.greedy_width(gen.k)), "greedy_width": pair.greedy_width(gen.k)}
+    if pair.dtype_choice is not None:
+        out["dtype_choice"] = pair.dtype_choice.as_dict()
     if gen.sampled:
         c = pair.card
         out["sampling"] = {"temperature": c.temperature, "top_k": c.top_k, "top_p": c.top_p, "seed": c.seed}

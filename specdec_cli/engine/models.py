@@ -318,11 +318,12 @@ def early_exit(lm: HFLM, layers: int) -> HFLM:
 
 def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_code: bool = False,
          revision: str | None = None, toy_vocab: int = 64, toy_seed: int = 0, device_map: str | None = None,
-         on_convert: Callable[[Path, Path], ContextManager] | None = None):
+         on_convert: Callable[[Path, Path, str], ContextManager] | None = None):
     """Load (model, tokenizer) for a reference. Errors become one-line SpecdecErrors.
 
     A GGUF file is read through its converted folder (converted.py), made the first time on this
-    machine; `on_convert(gguf, folder)`: a context around that conversion, for the caller to show.
+    machine (a folder per dtype: float32, or bfloat16 / float16 for a load in those); `on_convert(gguf,
+    folder, dtype)`: a context around that conversion, for the caller to show.
     device_map="auto" (hub, directory and GGUF references; cards.py refuses it for toy and
     random targets): accelerate places the layers over every visible GPU, then CPU, instead of
     `.to(device)`; the model's input device is then its embedding's (HFLM.device)."""
@@ -349,7 +350,8 @@ def load(ref: ModelRef, device: torch.device, dtype: torch.dtype, trust_remote_c
             torch.manual_seed(0)  # random weights, but the same ones every run
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code).to(device)
             return HFLM(model), ByteTokenizer(model.get_output_embeddings().weight.shape[0])
-        if ref.kind == "gguf" and (made := converted.read_as(Path(ref.source) / ref.gguf_file, on_convert)):
+        stored = "float32" if dtype not in (torch.bfloat16, torch.float16) else str(dtype).removeprefix("torch.")
+        if ref.kind == "gguf" and (made := converted.read_as(Path(ref.source) / ref.gguf_file, on_convert, stored)):
             source = str(made)
         elif ref.kind == "gguf":
             kwargs["gguf_file"] = ref.gguf_file

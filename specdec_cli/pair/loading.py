@@ -7,21 +7,23 @@ requests interleaved gives the same outputs as running each alone.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import torch
 
 from specdec_cli.cards.card import Card, DraftSpec
 from specdec_cli.loop.decoding import Result, greedy_decode, prefill, speculative_decode
 from specdec_cli.engine import costs as cost_model
+from specdec_cli.engine import dtypes
+from specdec_cli.pair.targets import chooses_dtype, forward_policy, load_target, measure_dtype, source_name  # noqa: F401  (re-exported)
 from specdec_cli.engine import kernels
 from specdec_cli.drafts import Draft
 from specdec_cli.errors import SpecdecError
 from specdec_cli.drafts.registry import get as draft_kind
 from specdec_cli.engine.models import HFLM, ModelRef, load, model_ref
-from specdec_cli.engine.placement import resolve_device, resolve_dtype, resolve_shapes
-from specdec_cli.engine.kvcache import pinned_trees, unsupported
+from specdec_cli.engine.placement import resolve_device, resolve_dtype
+from specdec_cli.engine.kvcache import pinned_trees
 from specdec_cli.loop.sampling import Sampling, sample_decode, speculative_sample
 from specdec_cli.loop.schedule import Cost, Heuristic, Scheduled
 from specdec_cli.engine.toy_model import ToyLM
@@ -45,6 +47,7 @@ class Pair:
     policy: kernels.ForwardPolicy = field(default_factory=lambda: kernels.ForwardPolicy("free", "off"))
     on_convert: object = None  # load_pair's: shown around a model draft's first GGUF load too
     early: dict = field(default_factory=dict)  # load_model's arguments -> a model load_pair loaded before the target
+    dtype_choice: dtypes.Choice | None = None  # what dtype: auto measured (engine/dtypes.py); None: not measured
 
     @property
     def shapes(self) -> str:
@@ -306,46 +309,6 @@ def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = (), batch: int
     return target
 
 
-def forward_policy(card: Card, target, dtype: torch.dtype, on_compile=None) -> kernels.ForwardPolicy:
-    """The shapes and matmul forms the target's forwards take, given to it now (kernels.py).
-    Pinned shapes need the KV cache the loop owns (kvcache.py): a target it cannot hold is refused
-    when asked for by name, and runs free shapes under `auto`. With decoding.compile the pinned
-    decode forwards run the compiled model (kernels.compiled), over a fixed-capacity KV buffer."""
-    if card.compile and not (isinstance(target, HFLM) and not unsupported(target)):
-        raise SpecdecError(f"{card.path}: decoding.compile: true needs a transformers target held in specdec's own "
-                           f"KV cache (a compiled forward's shape is fixed there), got {card.target}")
-    shapes = resolve_shapes(card.shapes, dtype, target.device, card.quantize)
-    if shapes == "pinned" and isinstance(target, HFLM) and unsupported(target):
-        if card.shapes == "pinned":
-            raise SpecdecError(f"{card.path}: decoding.shapes: pinned needs the KV cache specdec owns, but target "
-                               f"{card.target}: {unsupported(target)}; use shapes: free")
-        shapes = "free"
-    if not isinstance(target, HFLM):
-        return kernels.ForwardPolicy(shapes, "off")
-    # the matmul forms are a CPU float32 target's; inductor chooses the compiled forward's
-    forms = card.matmuls if target.device.type == "cpu" and not card.device_map and not card.compile else "off"
-    if forms == "packed" and not target.can_pack():  # every forward prepacked: the plain weights go (kernels.py)
-        raise SpecdecError(f"{card.path}: decoding.matmuls: packed needs a float32 target and a torch with "
-                           f"oneDNN (this target is {str(dtype).removeprefix('torch.')}); use measure")
-    return target.configure(shapes, forms, card.compile, on_compile)
-
-
-def quantize(card: Card, target, device: torch.device) -> None:
-    """quantize: int8 (engine/quantize.py): a transformers target on a CPU, in float32."""
-    if card.quantize == "none":
-        return
-    if not isinstance(target, HFLM):
-        raise SpecdecError(f"{card.path}: quantize: int8 needs a transformers target, got {card.target}")
-    if device.type != "cpu":
-        raise SpecdecError(f"{card.path}: quantize: int8 runs on the CPU (oneDNN's int8 kernels), but device "
-                           f"{card.device!r} is {device}; use device: cpu")
-    target.quantize(card.quantize)
-
-
-def source_name(ref: ModelRef) -> str:
-    return str(Path(ref.source) / ref.gguf_file) if ref.gguf_file else ref.source
-
-
 def load_beside(card: Card, ref: ModelRef, device: torch.device, dtype: torch.dtype, revision: str | None,
                 quantize: str, on_convert=None):
     """(model, tokenizer) of a model draft (Pair.load_model), its layers quantized as asked."""
@@ -358,10 +321,11 @@ def load_beside(card: Card, ref: ModelRef, device: torch.device, dtype: torch.dt
     return model, tokenizer
 
 
-def load_pair(card: Card, on_compile=None, on_convert=None) -> Pair:
+def load_pair(card: Card, on_compile=None, on_convert=None, on_measure=None) -> Pair:
     """The card's target, tokenizer and draft, loaded; `on_compile`: a context around each compile
     of a decode forward shape (decoding.compile; HFLM.configure), `on_convert`: one around the
-    first load of a GGUF file on this machine (models.load), for the caller to show."""
+    first load of a GGUF file on this machine (models.load), `on_measure`: one around `dtype:
+    auto`'s first measurement for this model on this CPU (measure_dtype), for the caller to show."""
     target_ref = check_before_load(card)
     device = resolve_device(card.device)
     dtype = resolve_dtype(card.dtype, device)
@@ -369,16 +333,21 @@ def load_pair(card: Card, on_compile=None, on_convert=None) -> Pair:
     if first is not None:  # a quantized draft, before the target: its float weights and the target's never both held
         ref, draft_dtype, revision, layers = first
         early[first] = load_beside(card, ref, device, draft_dtype, revision, layers, on_convert)
-    # device_map: auto spreads the target over the GPUs; the draft then goes to target.device,
-    # the first of them (where the embedding, and so every input, lives)
-    target, tokenizer = load(target_ref, device, dtype, card.trust_remote_code, card.revision,
-                             device_map=card.device_map, on_convert=on_convert)
-    quantize(card, target, device)
-    policy = forward_policy(card, target, dtype, on_compile)
+    chooses = chooses_dtype(card, device, target_ref)
+    key = dtypes.key(source_name(target_ref), card.revision) if chooses else None
+    choice = dtypes.read(key) if chooses else None
+    if chooses and choice is None:
+        with on_measure() if on_measure else nullcontext():
+            (target, tokenizer, policy), choice = measure_dtype(card, target_ref, device, key, on_compile, on_convert)
+    else:
+        target, tokenizer, policy = load_target(card, target_ref, device, choice.torch_dtype if choice else dtype,
+                                                on_compile, on_convert)
+    dtype = choice.torch_dtype if choice else dtype
     if card.chat_template is True and not tokenizer.has_chat_template():
         raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")
     chat = tokenizer.has_chat_template() if card.chat_template == "auto" else card.chat_template
     pair = Pair(card, target, tokenizer, None, eos_ids(target, tokenizer), chat, target.device, dtype,
-                target_name=source_name(target_ref), policy=policy, on_convert=on_convert, early=early)
+                target_name=source_name(target_ref), policy=policy, on_convert=on_convert, early=early,
+                dtype_choice=choice)
     pair.draft = build_draft(card.draft, pair)
     return pair

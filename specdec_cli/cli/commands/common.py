@@ -28,11 +28,23 @@ def load(card_name: str, drafts: tuple = (), remeasure: bool = False, batch: int
                   f"{' and '.join(repos)} may run on this machine while loading. Use only repositories you trust.",
                   markup=False, highlight=False, soft_wrap=True)
     with err.status(f"Loading {card.target} and its {card.draft.label()} draft…") as status:
-        pair = load_pair(card, on_compile=compiling, on_convert=partial(converting, status))
+        pair = load_pair(card, on_compile=compiling, on_convert=partial(converting, status),
+                         on_measure=partial(measuring, status))
     pair.remeasure = remeasure
-    err.print(f"[dim]card {card.name}: target {card.target} · draft {pair.draft.name} · "
-              f"{pair.device} {pair.dtype_name}{' int8' if card.quantize == 'int8' else ''}{pair.tree_note}[/]", highlight=False)
+    why = f" ({pair.dtype_choice.why})" if pair.dtype_choice else ""
+    err.print(escape(f"card {card.name}: target {card.target} · draft {pair.draft.name} · {pair.device} "
+                     f"{pair.dtype_name}{why}{' int8' if card.quantize == 'int8' else ''}{pair.tree_note}"),
+              style="dim", highlight=False)
     return pair
+
+
+@contextmanager
+def measuring(status):
+    """dtype: auto's first run for a model on this CPU (pair.loading.measure_dtype): the status line
+    says why the load takes longer this once."""
+    status.update("dtype: auto: timing this target in float32 and in bfloat16 on this CPU, once (the faster is "
+                  "kept, and remembered)…")
+    yield
 
 
 @contextmanager
@@ -52,19 +64,19 @@ def compiling(shape: tuple):
 
 
 @contextmanager
-def converting(status, gguf, folder):
-    """The first load of a GGUF file on this machine: the status line says why it takes a while
-    (it is de-quantised into a folder in the cache: engine/converted.py), and a line on stderr
-    what was kept. A file that fails to load adds nothing to its one Error line."""
+def converting(status, gguf, folder, dtype="float32"):
+    """The first load of a GGUF file in `dtype` on this machine: the status line says why it
+    takes a while (it is de-quantised into a folder in the cache: engine/converted.py), and a line
+    on stderr what was kept. A file that fails to load adds nothing to its one Error line."""
     from specdec_cli.engine.converted import ready
 
-    status.update(f"Loading {gguf.name} for the first time on this machine: de-quantising it to float32 "
+    status.update(f"Loading {gguf.name} for the first time on this machine: de-quantising it to {dtype} "
                   f"into {folder}, once…")
     start = time.perf_counter()
     yield
-    if ready(gguf):
+    if ready(gguf, dtype):
         size = sum(f.stat().st_size for f in folder.iterdir()) / 1e9
-        err.print(escape(f"kept {gguf.name} de-quantised to float32 in {folder} ({size:.1f} GB, "
+        err.print(escape(f"kept {gguf.name} de-quantised to {dtype} in {folder} ({size:.1f} GB, "
                          f"{time.perf_counter() - start:.1f} s): later loads read it in seconds"),
                   style="dim", highlight=False, soft_wrap=True)
     else:
