@@ -165,6 +165,7 @@ def test_draft_revision_is_the_drafts_own(write_card, monkeypatch):
     from pathlib import Path
 
     import specdec_cli.pair.loading as pair_mod
+    import specdec_cli.pair.targets as targets
 
     tiny = str(Path(__file__).resolve().parents[1] / "cards/configs/tiny-llama.json")
     real, seen = pair_mod.load, []
@@ -173,7 +174,8 @@ def test_draft_revision_is_the_drafts_own(write_card, monkeypatch):
         seen.append((ref.source, revision))
         return real(ref, device, dtype, trust_remote_code, revision, **kw)
 
-    monkeypatch.setattr(pair_mod, "load", load)
+    monkeypatch.setattr(pair_mod, "load", load)  # the draft's load
+    monkeypatch.setattr(targets, "load", load)  # the target's
     card = write_card({"description": "t", "target": f"random:{tiny}", "revision": "target-rev", "device": "cpu",
                        "draft": {"kind": "model", "model": f"random:{tiny}", "revision": "draft-rev"}})
     pair = load_pair(load_card(str(card)))

@@ -52,12 +52,14 @@ def test_int8_draft_off_the_cpu_is_refused_before_loading(write_card, monkeypatc
     before the (slow) target load, naming the field."""
     import specdec_cli.engine.placement as placement
     import specdec_cli.pair.loading as pair_mod
+    import specdec_cli.pair.targets as targets
 
     def no_load(*a, **kw):
         raise AssertionError("a model was loaded before the card was checked")
 
     monkeypatch.setattr(placement, "resolve_device", lambda name: torch.device("cuda"))  # as the model kind sees a GPU machine
     monkeypatch.setattr(pair_mod, "load", no_load)
+    monkeypatch.setattr(targets, "load", no_load)
     card = load_card(str(tiny_card(write_card, device="auto", quantize="int8")))
     with pytest.raises(SpecdecError) as e:
         load_pair(card)

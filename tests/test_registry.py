@@ -142,8 +142,10 @@ def test_a_built_in_kind_declares_what_its_draft_does(kind):
 def test_a_kind_that_cannot_batch_is_refused_before_loading(run, tmp_path, monkeypatch):
     """`batches` is declared, so --batch N is refused from the card alone, before any load."""
     import specdec_cli.pair.loading as pair_mod
+    import specdec_cli.pair.targets as targets
 
-    monkeypatch.setattr(pair_mod, "load", lambda *a, **kw: (_ for _ in ()).throw(AssertionError("loaded a model")))
+    for module in (pair_mod, targets):
+        monkeypatch.setattr(module, "load", lambda *a, **kw: (_ for _ in ()).throw(AssertionError("loaded a model")))
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"id": "a", "prompt": "ba"}\n{"id": "b", "prompt": "be"}\n')
     assert not kinds.get("features").draft.batches
