@@ -72,6 +72,7 @@ def test_an_int8_draft_is_loaded_and_quantized_before_the_target(write_card, mon
     """Its float32 weights are gone before the target's are read, so the two are never held
     together (the Qwen pair's peak memory: docs/kernels.md); a float draft loads after."""
     import specdec_cli.pair.loading as pair_mod
+    import specdec_cli.pair.targets as targets
 
     loaded, seen, load = [], [], pair_mod.load
 
@@ -82,7 +83,8 @@ def test_an_int8_draft_is_loaded_and_quantized_before_the_target(write_card, mon
         seen.append(held)
         return lm, tokenizer
 
-    monkeypatch.setattr(pair_mod, "load", recording)
+    monkeypatch.setattr(pair_mod, "load", recording)  # the draft's load
+    monkeypatch.setattr(targets, "load", recording)  # the target's
     pair = load_pair(load_card(str(tiny_card(write_card, quantize=quantize))))
     draft = pair.draft.lm
     assert loaded == ([draft, pair.target] if quantize == "int8" else [pair.target, draft])

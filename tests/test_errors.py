@@ -292,11 +292,13 @@ def test_bad_input(case, run, tmp_path, ckpt, monkeypatch):
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     if case.loads is False:  # this mistake must be caught before any (slow) model load
         import specdec_cli.pair.loading as pair_mod
+        import specdec_cli.pair.targets as targets
 
         def no_load(*a, **kw):
             raise AssertionError("a model was loaded before the input was checked")
 
-        monkeypatch.setattr(pair_mod, "load", no_load)
+        monkeypatch.setattr(pair_mod, "load", no_load)  # a draft's load
+        monkeypatch.setattr(targets, "load", no_load)  # the target's
     r = run(*(fill(a, **values) for a in case.args), input=case.input)
     # loads=None: the load fails, so no note about a loaded model precedes the error
     assert_one_error(r, fill(case.message, **values), prefix=case.prefix, alone=not case.loads)

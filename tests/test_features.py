@@ -170,6 +170,51 @@ def test_trained_draft_keeps_speculative_equal_to_greedy(trained):
     assert accepted > 100  # and it is not exact by proposing nothing
 
 
+def test_a_tree_node_drafts_as_the_chain_through_it_would(trained):
+    """FeatureBlock.branch: m nodes at one depth, each over the true pairs and its own ancestors,
+    give what `step` gives on the chain through each (float32: to rounding)."""
+    pair, outcome, _ = trained
+    draft = draft_of(pair, outcome)
+    block, H = draft.block, draft.block.cfg.hidden
+    torch.manual_seed(0)
+    feats, toks = torch.randn(6, H), torch.randint(0, 8, (6,))
+    with torch.inference_mode():
+        cache = features.BlockCache(block.cfg, "cpu", torch.float32)
+        block.step(feats, draft.embed(toks), cache)
+        cache.length = 6
+        h, embeds = torch.randn(2, H), draft.embed(torch.tensor([3, 5]))
+        out, k1, v1 = block.branch(h, embeds, cache, cache.k[:, :, :0].expand(2, -1, -1, -1),
+                                   cache.v[:, :, :0].expand(2, -1, -1, -1))
+        deeper, _, _ = block.branch(out, draft.embed(torch.tensor([4, 4])), cache, k1, v1)
+        for row in range(2):  # each node's chain, written into the cache as drafting writes it
+            chain = features.BlockCache(block.cfg, "cpu", torch.float32)
+            block.step(feats, draft.embed(toks), chain)
+            chain.length = 6
+            first = block.step(h[row:row + 1], embeds[row:row + 1], chain)
+            chain.length = 7
+            second = block.step(first, draft.embed(torch.tensor([4])), chain)
+            torch.testing.assert_close(out[row:row + 1], first)
+            torch.testing.assert_close(deeper[row:row + 1], second)
+
+
+def test_a_grown_tree_of_one_branch_is_the_greedy_chain_and_trees_stay_exact(trained, monkeypatch):
+    pair, outcome, _ = trained
+    prompt = pair.tokenizer.encode("big red dog ran on a mat")
+    greedy = greedy_decode(pair.target, prompt, 40, NO_EOS).tokens
+    for k in (2, 4, 8):
+        draft = draft_of(pair, outcome)
+        spec = speculative_decode(pair.target, draft, prompt, k, 40, NO_EOS, trees=True)
+        assert spec.tokens == greedy, k
+        assert any(r.depth is not None and r.depth < r.drafted for r in spec.rounds)  # real trees, wider than deep
+    one, chain = draft_of(pair, outcome), draft_of(pair, outcome)
+    monkeypatch.setattr(type(one), "BEAM", 1)
+    with torch.inference_mode():
+        for d in (one, chain):
+            d.begin(prompt)  # the prompt's features from a scratch forward
+        ids, parents = one.propose_tree(prompt, 5)
+        assert ids.tolist() == chain.propose(prompt, 5).tolist() and parents == (0, 1, 2, 3, 4)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(prompt=st.lists(st.integers(0, 255), min_size=1, max_size=12), k=st.integers(1, 8),
        max_tokens=st.integers(1, 30), eos=st.sets(st.integers(0, 255), max_size=3))
@@ -267,8 +312,10 @@ def test_distill_cli_writes_weights_and_a_card_that_generates_exactly(run, tmp_p
 ])
 def test_distill_bad_input_fails_before_loading(run, tmp_path, monkeypatch, args, message):
     import specdec_cli.pair.loading as pair_mod
+    import specdec_cli.pair.targets as targets
 
-    monkeypatch.setattr(pair_mod, "load", lambda *a, **kw: (_ for _ in ()).throw(AssertionError("loaded a model")))
+    for module in (pair_mod, targets):
+        monkeypatch.setattr(module, "load", lambda *a, **kw: (_ for _ in ()).throw(AssertionError("loaded a model")))
     file = tmp_path / "taken"
     file.write_text("")
     args = [a.replace("{file}", str(file)) for a in args]

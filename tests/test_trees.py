@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_cli.loop.tree import comb
+from specdec_cli.loop.tree import comb, settle
 from specdec_cli.drafts.model_draft import ModelDraft, _agreed
 from specdec_cli.drafts.lookup_draft import PromptLookupDraft, trie
 from specdec_cli.engine.kvcache import KVCache, SerialCache
@@ -92,6 +92,20 @@ def test_features_comb_keeps_the_highest_cumulative_probabilities():
     assert (tokens.tolist(), parents) == ([5, 9, 9], (0, 1, 0))  # 5 -> 9 the chain, 9 beside 5 at the root
     tokens, parents = comb(chain, probs.log(), 4, ids, 3)
     assert (tokens.tolist(), parents) == ([5, 9, 9, 7], (0, 1, 0, 1))
+
+
+def test_settle_keeps_the_k_best_nodes_and_lays_the_best_chain_out_first():
+    """Nodes (score, parent, token, depth) as a grown tree has them: the k best are kept, their
+    parents always among them; the chain through each kept node's best child comes first."""
+    nodes = [(-0.5, -1, 10, 1), (-1.2, -1, 11, 1), (-3.0, -1, 12, 1),  # the root's children
+             (-0.9, 0, 20, 2), (-1.0, 0, 21, 2),  # 10's
+             (-1.5, 1, 30, 2),  # 11's
+             (-1.1, 3, 40, 3)]  # 20's
+    assert settle(nodes, 3) == ([10, 20, 21], (0, 1, 1))
+    assert settle(nodes, 5) == ([10, 20, 40, 11, 21], (0, 1, 2, 0, 1))  # 10 -> 20 -> 40, then by depth
+    assert settle(nodes, 7) == ([10, 20, 40, 11, 12, 21, 30], (0, 1, 2, 0, 0, 1, 4))
+    tied = [(-0.0, -1, 1, 1), (-0.0, 0, 2, 2), (-0.0, 1, 3, 3)]  # certain tokens: a parent ties its child
+    assert settle(tied, 2) == ([1, 2], (0, 1))
 
 
 # ---------------------------------------------------------------------------- the cache's tree mask

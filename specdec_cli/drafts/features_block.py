@@ -108,6 +108,24 @@ class FeatureBlock(nn.Module):
             mask = torch.arange(start + S, device=x.device)[None] <= torch.arange(start, start + S, device=x.device)[:, None]
         return self._finish(x, F.scaled_dot_product_attention(q, keys, values, attn_mask=mask))[0]
 
+    def branch(self, features: torch.Tensor, embeds: torch.Tensor, cache: "BlockCache", past_k: torch.Tensor,
+               past_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Drafting a tree, one depth at once: m nodes, each the pair (its parent's f̂, its token's
+        embedding) [m, H] at position cache.length + a, seeing the cache's true pairs, its own
+        ancestors' speculative pairs past_k, past_v [m, heads, a, d] and itself (as `step` would
+        on the chain through it). Writes nothing: returns (f̂ [m, H], the nodes' own k and v
+        [m, heads, 1, d], for their children)."""
+        x = self.fc(torch.cat([features, embeds], dim=-1))[:, None]  # [m, 1, H]
+        q, k, v = self._split(x)  # [m, heads, 1, d]
+        at = cache.length + past_k.shape[2]
+        cache.reserve(at + 1)
+        cos, sin = cache.cos[at:at + 1], cache.sin[at:at + 1]
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        m = x.shape[0]
+        true_k, true_v = (t[:, :, :cache.length].expand(m, -1, -1, -1) for t in (cache.k, cache.v))
+        keys, values = torch.cat([true_k, past_k, k], dim=2), torch.cat([true_v, past_v, v], dim=2)
+        return self._finish(x, F.scaled_dot_product_attention(q, keys, values))[:, 0], k, v
+
     def unroll(self, features: torch.Tensor, embeds: torch.Tensor, steps: int) -> list[torch.Tensor]:
         """Training and evaluation: every position j of a batch drafts `steps` tokens at once,
         exactly as drafting would after the true pairs 0..j.

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from specdec_cli.drafts.features_block import BlockCache, FeatureBlock
 from specdec_cli.loop.protocol import Draft
-from specdec_cli.loop.tree import comb
+from specdec_cli.loop.tree import settle
 
 
 class Head:
@@ -49,8 +49,8 @@ class FeatureDraft(Draft):
     samples = True  # propose_sampled draws from its own warped distribution
     batches = False  # it reads the target's batch-1 hidden states
     reads_features = True  # the loop asks the target's forwards for their final hidden states
-    trees = True  # propose_tree: the greedy chain and, beside it, the likeliest other tokens
-    SIBLINGS = 3  # tokens ranked per depth for a tree: the chain's and 2 others
+    trees = True  # propose_tree: a tree grown by cumulative draft probability (EAGLE-2)
+    BEAM = 4  # a tree's nodes expanded per depth, and children ranked per expanded node
 
     def __init__(self, lm, block: FeatureBlock, vocab_ids: torch.Tensor, name: str = "features", meta: dict | None = None):
         self.lm, self.block, self.name, self.meta = lm, block, name, meta or {}
@@ -77,13 +77,36 @@ class FeatureDraft(Draft):
         return self._propose(tokens, k, None, None)[0]
 
     def propose_tree(self, tokens: list[int], k: int) -> tuple[torch.Tensor, tuple[int, ...]]:
-        """The greedy chain of k drafted tokens and, at each depth, the next SIBLINGS - 1 most
-        likely tokens as leaves beside it: the k nodes of the highest cumulative draft probability
-        (EAGLE-2's ranking; no extra block call: the siblings' logits are the chain's)."""
-        chain, _, logits = self._propose(tokens, k, None, None)
-        if not chain.shape[0]:
-            return chain, ()
-        return comb(chain, torch.stack(logits).float().log_softmax(-1), k, self.head.ids, self.SIBLINGS)
+        """A token tree of at most k nodes grown as EAGLE-2 does: at each depth the BEAM likeliest
+        children of every expanded node are candidates, scored by cumulative draft log-probability;
+        the BEAM best new ones are expanded in one block call (FeatureBlock.branch), while any can
+        still rank among the k best; the k best candidates are kept (loop/tree.settle)."""
+        h = self._feed()
+        if k == 0 or h is None:
+            return torch.empty(0, dtype=torch.long, device=self.head.weight.device), ()
+        nodes, frontier, logp = [], [-1], self.head(h).float().log_softmax(-1)  # logp [m, N]: the frontier's children
+        past_k, past_v = self.cache.k[:, :, :0], self.cache.v[:, :, :0]  # the frontier's ancestors' pairs [m, heads, a, d]
+        for depth in range(1, k + 1):
+            top = logp.topk(min(self.BEAM, logp.shape[-1]), -1)  # [m, width]
+            width = top.indices.shape[1]
+            base = torch.tensor([nodes[f][0] if f >= 0 else 0.0 for f in frontier])[:, None]
+            scores = (base + top.values.cpu()).flatten()  # cumulative log-probability of each candidate
+            rows = top.indices.flatten()
+            first = len(nodes)
+            nodes += [(score, frontier[c // width], token, depth)
+                      for c, (score, token) in enumerate(zip(scores.tolist(), self.head.ids[rows].tolist()))]
+            floor = sorted((n[0] for n in nodes), reverse=True)[k - 1] if len(nodes) >= k else float("-inf")
+            pick = [c for c in scores.topk(min(self.BEAM, scores.numel())).indices.tolist() if scores[c] > floor]
+            if depth == k or not pick:  # a child scores at most its parent: none of theirs would be kept
+                break
+            parent = torch.tensor([c // width for c in pick], device=h.device)
+            h, k_new, v_new = self.block.branch(h[parent], self.embed(self.head.ids[rows[pick]]), self.cache,
+                                                past_k[parent], past_v[parent])
+            past_k, past_v = torch.cat([past_k[parent], k_new], dim=2), torch.cat([past_v[parent], v_new], dim=2)
+            frontier, logp = [first + c for c in pick], self.head(h).float().log_softmax(-1)
+        self.forwards += depth
+        ids, parents = settle(nodes, k)
+        return torch.tensor(ids, device=self.head.weight.device), parents
 
     def propose_sampled(self, tokens: list[int], k: int, warp, generator):
         """Tokens drawn from the draft's warped distribution q; q [d, V] over the target's
@@ -127,14 +150,22 @@ class FeatureDraft(Draft):
         return min(times)
 
     # -- internals -------------------------------------------------------------------------
+    def _feed(self) -> torch.Tensor | None:
+        """The true pairs not yet cached, fed and kept: the block's output at the last [1, H]
+        (None: there are none, so nothing to draft from)."""
+        if not self.pending:
+            return None
+        feats, toks = torch.cat(self.pending), torch.cat(self.pending_tokens)
+        self.pending, self.pending_tokens = [], []
+        h = self.block.step(feats.to(self.head.weight.dtype), self.embed(toks), self.cache)[-1:]
+        self.cache.length += feats.shape[0]  # only true pairs stay
+        return h
+
     def _propose(self, tokens: list[int], k: int, warp, generator):
         w = self.head.weight
-        if k == 0 or not self.pending:
+        h = self._feed() if k else None
+        if h is None:
             return torch.empty(0, dtype=torch.long, device=w.device), None, []
-        feats, toks = torch.cat(self.pending), torch.cat(self.pending_tokens)  # the true pairs not yet cached
-        self.pending, self.pending_tokens = [], []
-        h = self.block.step(feats.to(w.dtype), self.embed(toks), self.cache)[-1:]  # [1, H]
-        self.cache.length += feats.shape[0]  # only true pairs stay
         top = self.cache.length
         out, qs, rows = [], [], []
         for i in range(k):

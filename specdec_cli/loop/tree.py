@@ -96,3 +96,23 @@ def comb(chain: torch.Tensor, logp: torch.Tensor, k: int, ids: torch.Tensor, wid
     leaves = [n for n in kept if n[2] == 1]
     tokens = torch.cat([chain[:depth], ids[torch.tensor([n[3] for n in leaves], dtype=torch.long, device=ids.device)]])
     return tokens, tuple(range(depth)) + tuple(n[1] for n in leaves)
+
+
+def settle(nodes: list[tuple[float, int, int, int]], k: int) -> tuple[list[int], tuple[int, ...]]:
+    """(tokens, parents) of the k best of a grown tree's candidate nodes (score, parent node or -1
+    for the root, token, depth), a node scoring at most its parent (a cumulative log-probability),
+    ties to the shallower: the kept set holds every kept node's parent. Laid out with the best
+    chain first (from the root, each kept node's best kept child: slots 1..c), then the rest by
+    depth, best first, so parents come before children."""
+    kept = sorted(range(len(nodes)), key=lambda i: (-nodes[i][0], nodes[i][3]))[:k]
+    best: dict[int, int] = {}
+    for i in kept:  # best first: the first child seen is the best
+        best.setdefault(nodes[i][1], i)
+    chain, at = [], -1
+    while at in best:
+        at = best[at]
+        chain.append(at)
+    on = set(chain)
+    slots = chain + sorted((i for i in kept if i not in on), key=lambda i: (nodes[i][3], -nodes[i][0]))
+    slot = {-1: 0} | {node: s for s, node in enumerate(slots, 1)}
+    return [nodes[i][2] for i in slots], tuple(slot[nodes[i][1]] for i in slots)
