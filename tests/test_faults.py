@@ -16,6 +16,7 @@ import pytest
 
 import specdec_cli.eval.bench  # noqa: F401  the bench tests below need it: an import error fails them, never skips
 import specdec_cli.pair.loading as pair_mod
+import specdec_cli.pair.targets as targets
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import write_atomic, write_text_atomic
 
@@ -53,11 +54,11 @@ def test_generate_json_interrupted_is_one_object_marked_incomplete(run, monkeypa
 
 
 def test_generate_interrupted_while_loading(run, monkeypatch):
-    interrupt_on_call(monkeypatch, pair_mod, "load", 1)
+    interrupt_on_call(monkeypatch, targets, "load", 1)  # the target's load
     r = run("generate", "-c", "toy", "--json", "ba")
     assert_interrupted(r)
     assert json.loads(r.stdout)["incomplete"] is True
-    interrupt_on_call(monkeypatch, pair_mod, "load", 1)
+    interrupt_on_call(monkeypatch, targets, "load", 1)
     r = run("generate", "-c", "toy", "ba")  # not --json: nothing on stdout at all
     assert_interrupted(r)
     assert r.stdout == ""
