@@ -15,7 +15,7 @@ import yaml
 from hypothesis import settings
 from typer.testing import CliRunner
 
-from specdec_cli.cards.card import load_card
+from specdec_cli.cards.card import load_card, override
 from specdec_cli.cli import app
 from specdec_cli.pair.loading import load_pair
 
@@ -113,8 +113,8 @@ def toy_pair():
 @pytest.fixture(scope="session")
 def smollm2_pair(tmp_path_factory, converted_store):
     """The real SmolLM2-135M target with its prompt-lookup draft, loaded once per session."""
-    with own_cache(tmp_path_factory, converted_store):
-        return load_pair(load_card("smollm2"))
+    with own_cache(tmp_path_factory, converted_store):  # float32 whatever dtype: auto would choose here:
+        return load_pair(override(load_card("smollm2"), dtype="float32"))  # its tests hold it to transformers' greedy
 
 
 @contextmanager

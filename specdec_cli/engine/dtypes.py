@@ -1,5 +1,6 @@
 """`dtype: auto` on a CPU: float32 or bfloat16, whichever runs this target's plain step faster on
-this machine, measured once per model and CPU and kept under the user cache (cache_dir("dtypes")).
+this machine, measured once per model and CPU (at the threads of the run that measures) and kept
+under the user cache (cache_dir("dtypes")).
 
 bfloat16 halves the bytes a step streams; whether that makes the step faster depends on the CPU's
 bfloat16 kernels and on how much of the step is per-op work rather than matmuls (docs/kernels.md:
@@ -84,14 +85,15 @@ def cpu_name() -> str:
 
 
 def key(model: str, revision: str | None) -> dict:
-    """What a choice depends on: the model (a local file by path, size and mtime), the CPU, the
-    threads and torch. Not k: one choice per model, made at WIDTH, so runs at any k agree."""
+    """What a choice depends on: the model (a local file by path, size and mtime), the CPU and
+    torch. Not k (one choice, made at WIDTH) and not the threads of the run that made it: runs
+    at any k or thread count load the same weights, so their text does not depend on either."""
     path = Path(model)
     if path.exists():
         st = path.stat()
         model = f"{path.resolve()}:{st.st_size}:{int(st.st_mtime)}"
-    return {"model": model, "revision": revision, "width": WIDTH, "cpu": cpu_name(),
-            "threads": torch.get_num_threads(), "torch": torch.__version__, "version": VERSION}
+    return {"model": model, "revision": revision, "width": WIDTH, "cpu": cpu_name(), "torch": torch.__version__,
+            "version": VERSION}
 
 
 def path(key: dict) -> Path:
