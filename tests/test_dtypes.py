@@ -1,4 +1,4 @@
-"""dtype: auto on a CPU (engine/dtypes.py, pair/loading.measure_dtype): float32 or bfloat16,
+"""dtype: auto on a CPU (engine/dtypes.py, pair/targets.measure_dtype): float32 or bfloat16,
 whichever steps faster here, measured once per model and CPU, remembered, and said."""
 
 from __future__ import annotations

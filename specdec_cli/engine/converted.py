@@ -72,12 +72,12 @@ def convert(gguf: Path, dtype: str = "float32") -> Path:
     import torch
     import transformers
 
-    source = {} if dtype == "float32" else {"pretrained_model_name_or_path": convert(gguf)}
+    read = ({"pretrained_model_name_or_path": gguf.parent, "gguf_file": gguf.name} if dtype == "float32"
+            else {"pretrained_model_name_or_path": convert(gguf)})  # another dtype: from the float32 folder
     out = folder(gguf, dtype)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.{os.getpid()}.partial")  # one per process: two may convert at once
     try:
-        read = source or {"pretrained_model_name_or_path": gguf.parent, "gguf_file": gguf.name}
         tok = transformers.AutoTokenizer.from_pretrained(**read)
         model = transformers.AutoModelForCausalLM.from_pretrained(**read, dtype=torch.float32)
         # A model loaded from GGUF keeps the GGUF quantizer (hf_quantizer, and quantization_config

@@ -192,18 +192,22 @@ def probe_ids(target, length: int) -> list[int]:
 
 # ---------------------------------------------------------------------------- the cache
 def model_key(target, ref: str, revision: str | None) -> dict:
-    """What a measurement depends on. A local file is named by its path, size and mtime, so a
-    replaced file is re-measured."""
-    name = ref
-    path = Path(ref)
-    if path.is_file():
-        st = path.stat()
-        name = f"{path.resolve()}:{st.st_size}:{int(st.st_mtime)}"
+    """What a measurement depends on (the model named by model_name)."""
     dtype = getattr(getattr(target, "model", None), "dtype", None)
-    return {"model": name, "revision": revision, "device": str(target.device),
+    return {"model": model_name(ref), "revision": revision, "device": str(target.device),
             "dtype": str(dtype or "n/a").removeprefix("torch."), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "matmuls": matmuls(target), "quantize": getattr(target, "quantized", "none"),
             "version": VERSION}
+
+
+def model_name(ref: str) -> str:
+    """A model as a cache key names it: a local file by its path, size and mtime, so a replaced
+    file is measured again; anything else (a hub id, a folder) by itself."""
+    path = Path(ref)
+    if not path.is_file():
+        return ref
+    st = path.stat()
+    return f"{path.resolve()}:{st.st_size}:{int(st.st_mtime)}"
 
 
 def matmuls(target) -> str:

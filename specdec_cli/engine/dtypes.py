@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from specdec_cli.engine.costs import model_name
 from specdec_cli.files import cache_dir, write_text_atomic
 
 CLEAR_WIN = 0.85  # bfloat16 must take at most this share of float32's step (a tie keeps float32's precision)
@@ -85,14 +86,10 @@ def cpu_name() -> str:
 
 
 def key(model: str, revision: str | None) -> dict:
-    """What a choice depends on: the model (a local file by path, size and mtime), the CPU and
-    torch. Not k (one choice, made at WIDTH) and not the threads of the run that made it: runs
-    at any k or thread count load the same weights, so their text does not depend on either."""
-    path = Path(model)
-    if path.exists():
-        st = path.stat()
-        model = f"{path.resolve()}:{st.st_size}:{int(st.st_mtime)}"
-    return {"model": model, "revision": revision, "width": WIDTH, "cpu": cpu_name(), "torch": torch.__version__,
+    """What a choice depends on: the model (costs.model_name), the CPU and torch. Not k (one
+    choice, made at WIDTH) and not the threads of the run that made it: runs at any k or thread
+    count load the same weights, so their text does not depend on either."""
+    return {"model": model_name(model), "revision": revision, "width": WIDTH, "cpu": cpu_name(), "torch": torch.__version__,
             "version": VERSION}
 
 

@@ -54,8 +54,10 @@ class RowInt8Linear(torch.nn.Module):
 
 
 def _op(kernel: str):
-    """The kernel's int8 matmul (OPS)."""
+    """The kernel's int8 matmul (OPS); a torch without it is a SpecdecError."""
     space, name = OPS[kernel]
+    if not hasattr(getattr(torch.ops, space), name):
+        raise SpecdecError(f"int8 needs torch.ops.{space}.{name}, not in this torch {torch.__version__}")
     return getattr(getattr(torch.ops, space), name)
 
 
@@ -142,9 +144,7 @@ def quantize_int8(model: torch.nn.Module, head_weight: bool = True, kernel: str 
     are several rows wide (on a Xeon a 5-row step cost 0.81x fbgemm's), fbgemm for a model
     draft's one-token steps (0.90x oneDNN's): docs/kernels.md. Returns the linear layers
     replaced. CPU only."""
-    space, name = OPS[kernel]
-    if not hasattr(getattr(torch.ops, space), name):
-        raise SpecdecError(f"int8 needs torch.ops.{space}.{name}, not in this torch {torch.__version__}")
+    _op(kernel)  # a torch without it fails here, before any layer is replaced
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is model.get_input_embeddings().weight
     keep = head if head_weight or tied else None

@@ -7,7 +7,6 @@ requests interleaved gives the same outputs as running each alone.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -16,7 +15,7 @@ from specdec_cli.cards.card import Card, DraftSpec
 from specdec_cli.loop.decoding import Result, greedy_decode, prefill, speculative_decode
 from specdec_cli.engine import costs as cost_model
 from specdec_cli.engine import dtypes
-from specdec_cli.pair.targets import chooses_dtype, forward_policy, load_target, measure_dtype, source_name  # noqa: F401  (re-exported)
+from specdec_cli.pair.targets import chooses_dtype, forward_policy, load_chosen, source_name  # noqa: F401  (re-exported)
 from specdec_cli.engine import kernels
 from specdec_cli.drafts import Draft
 from specdec_cli.errors import SpecdecError
@@ -325,7 +324,8 @@ def load_pair(card: Card, on_compile=None, on_convert=None, on_measure=None) -> 
     """The card's target, tokenizer and draft, loaded; `on_compile`: a context around each compile
     of a decode forward shape (decoding.compile; HFLM.configure), `on_convert`: one around the
     first load of a GGUF file on this machine (models.load), `on_measure`: one around `dtype:
-    auto`'s first measurement for this model on this CPU (measure_dtype), for the caller to show."""
+    auto`'s first measurement for this model on this CPU (targets.measure_dtype), for the caller
+    to show."""
     target_ref = check_before_load(card)
     device = resolve_device(card.device)
     dtype = resolve_dtype(card.dtype, device)
@@ -333,16 +333,8 @@ def load_pair(card: Card, on_compile=None, on_convert=None, on_measure=None) -> 
     if first is not None:  # a quantized draft, before the target: its float weights and the target's never both held
         ref, draft_dtype, revision, layers = first
         early[first] = load_beside(card, ref, device, draft_dtype, revision, layers, on_convert)
-    chooses = chooses_dtype(card, device, target_ref)
-    key = dtypes.key(source_name(target_ref), card.revision) if chooses else None
-    choice = dtypes.read(key) if chooses else None
-    if chooses and choice is None:
-        with on_measure() if on_measure else nullcontext():
-            (target, tokenizer, policy), choice = measure_dtype(card, target_ref, device, key, on_compile, on_convert)
-    else:
-        target, tokenizer, policy = load_target(card, target_ref, device, choice.torch_dtype if choice else dtype,
-                                                on_compile, on_convert)
-    dtype = choice.torch_dtype if choice else dtype
+    (target, tokenizer, policy), dtype, choice = load_chosen(card, target_ref, device, dtype, on_compile, on_convert,
+                                                             on_measure)
     if card.chat_template is True and not tokenizer.has_chat_template():
         raise SpecdecError(f"{card.path}: decoding.chat_template: true, but the target's tokenizer has no chat template")
     chat = tokenizer.has_chat_template() if card.chat_template == "auto" else card.chat_template

@@ -4,6 +4,7 @@ engine/dtypes.py), int8 layers and forward policy. loading.py builds the Pair ar
 from __future__ import annotations
 
 import gc
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -76,6 +77,23 @@ def load_target(card: Card, ref: ModelRef, device: torch.device, dtype: torch.dt
                              device_map=card.device_map, on_convert=on_convert)
     quantize(card, target, device)
     return target, tokenizer, forward_policy(card, target, dtype, on_compile)
+
+
+def load_chosen(card: Card, ref: ModelRef, device: torch.device, dtype: torch.dtype, on_compile=None,
+                on_convert=None, on_measure=None) -> tuple[tuple, torch.dtype, dtypes.Choice | None]:
+    """(load_target's tuple, the dtype it was loaded in, what dtype: auto chose or None): in
+    `dtype` where the card fixes it (chooses_dtype), else in the choice remembered for this model
+    and CPU, or measured now (measure_dtype, inside `on_measure()`)."""
+    if not chooses_dtype(card, device, ref):
+        return load_target(card, ref, device, dtype, on_compile, on_convert), dtype, None
+    key = dtypes.key(source_name(ref), card.revision)
+    choice = dtypes.read(key)
+    if choice is None:
+        with on_measure() if on_measure else nullcontext():
+            loaded, choice = measure_dtype(card, ref, device, key, on_compile, on_convert)
+    else:
+        loaded = load_target(card, ref, device, choice.torch_dtype, on_compile, on_convert)
+    return loaded, choice.torch_dtype if choice else dtype, choice
 
 
 def measure_dtype(card: Card, ref: ModelRef, device: torch.device, key: dict, on_compile=None,

@@ -40,7 +40,7 @@ def load(card_name: str, drafts: tuple = (), remeasure: bool = False, batch: int
 
 @contextmanager
 def measuring(status):
-    """dtype: auto's first run for a model on this CPU (pair.loading.measure_dtype): the status line
+    """dtype: auto's first run for a model on this CPU (pair.targets.measure_dtype): the status line
     says why the load takes longer this once."""
     status.update("dtype: auto: timing this target in float32 and in bfloat16 on this CPU, once (the faster is "
                   "kept, and remembered)…")
