@@ -12,6 +12,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from specdec_cli.engine import decoder as decoder_module
 from specdec_cli.engine.kvcache import KVCache
 from specdec_cli.engine.models import HFLM
+from specdec_cli.engine.taps import FINAL
 
 SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=300, max_position_embeddings=256, initializer_range=0.3)
@@ -33,7 +34,9 @@ def forwards(lm: HFLM, decoder: bool, width: int | None, rows: int, trees: bool)
     outs = []
     g = torch.Generator().manual_seed(1)
     for n, kept in ((1, 1), (4, 2), (3, 3), (2, 1)):
-        logits, hidden = cache.forward(torch.randint(0, 300, (rows, n), generator=g), features=True)
+        taps = (FINAL,) if n % 2 else (1, 3, FINAL)  # the final hidden state alone, or fused with layers 1 and 3
+        logits, hidden = cache.forward(torch.randint(0, 300, (rows, n), generator=g), features=taps)
+        assert hidden.shape[-1] == 64 * len(taps)
         outs += [logits, hidden]
         cache.keep([kept] * rows)
     if trees:

@@ -27,6 +27,8 @@ from specdec_cli.pair.loading import build_draft, load_pair
 from specdec_cli.cards.prompts import SUITE, Prompt
 from specdec_cli.loop.sampling import Sampling, speculative_sample
 from specdec_cli.training.trainprompts import training_prompts
+from specdec_cli.engine.taps import FINAL, ONLY_FINAL
+from specdec_cli.errors import SpecdecError
 
 from .test_errors import assert_one_error
 
@@ -59,6 +61,21 @@ def trained(tmp_path_factory):
     pair = load_pair(load_card(str(tiny_card(folder))))
     reports = []
     s = D.Settings(steps=120, max_new_tokens=64, heldout=8, eval_every=40, batch=8, lr=3e-3, warmup=10,
+                   warm_start=False, taps=ONLY_FINAL)
+    outcome = D.distill(pair, word_prompts(40), s, folder / "out", "specdec distill (test)", "word prompts",
+                        reports.append)
+    return pair, outcome, reports
+
+
+@pytest.fixture(scope="module")
+def tapped(tmp_path_factory):
+    """As `trained`, with the default taps (low, middle and final layers, EAGLE-3): `fuse` from
+    random weights too. (pair, outcome, progress reports)."""
+    folder = tmp_path_factory.mktemp("tapped")
+    torch.set_num_threads(1)
+    pair = load_pair(load_card(str(tiny_card(folder))))
+    reports = []
+    s = D.Settings(steps=120, max_new_tokens=64, heldout=8, eval_every=40, batch=8, lr=3e-3, warmup=10,
                    warm_start=False)
     outcome = D.distill(pair, word_prompts(40), s, folder / "out", "specdec distill (test)", "word prompts",
                         reports.append)
@@ -75,14 +92,14 @@ def test_a_forward_asked_for_features_returns_them_with_bit_identical_logits(tmp
     ids = torch.tensor([[5, 9, 77, 3, 120, 8]])
     plain = lm.forward(ids, lm.new_cache())
     cache = lm.new_cache()
-    kept, hidden = lm.forward(ids, cache, features=True)
+    kept, hidden = lm.forward(ids, cache, features=ONLY_FINAL)
     assert torch.equal(plain, kept)
     assert hidden.shape == (6, 64)
     with torch.no_grad():
         decoder = lm.model.get_decoder()(input_ids=ids).last_hidden_state[0]
         assert torch.equal(hidden, decoder)
         assert torch.allclose(lm.model.get_output_embeddings()(hidden), kept, atol=1e-5)
-    logits, hidden = lm.forward(torch.tensor([[4, 4]]), cache, keep=1, features=True)  # keep=1: every fed position
+    logits, hidden = lm.forward(torch.tensor([[4, 4]]), cache, keep=1, features=ONLY_FINAL)  # keep=1: every fed position
     assert hidden.shape == (2, 64) and logits.shape[0] == 1
     assert not isinstance(lm.forward(torch.tensor([[4]]), cache), tuple)  # not asked: logits only, nothing kept
 
@@ -97,6 +114,74 @@ def test_distilling_lowers_the_loss_and_raises_held_out_acceptance_to_near_one(t
     assert sum(losses[-10:]) / 10 < sum(losses[:10]) / 10 - 0.3
     assert outcome.alpha[0] >= 0.75 and min(outcome.alpha[1:]) >= 0.95, outcome.alpha  # loops: near 1.0
     assert outcome.steps == 120 and outcome.prompts == 32 and outcome.heldout == 8
+
+
+def test_a_forward_asked_for_taps_returns_those_layers_side_by_side(tmp_path):
+    lm = load_pair(load_card(str(tiny_card(tmp_path)))).target
+    ids = torch.tensor([[5, 9, 77, 3, 120, 8]])
+    plain = lm.forward(ids, lm.new_cache())
+    logits, hidden = lm.forward(ids, lm.new_cache(), features=(3, 1, FINAL))
+    assert torch.equal(plain, logits) and hidden.shape == (6, 3 * 64)
+    with torch.no_grad():
+        decoder = lm.model.get_decoder()
+        x = decoder.embed_tokens(ids)
+        states = decoder(input_ids=ids, output_hidden_states=True)
+        after = [x] + [states.hidden_states[n] for n in (1, 2, 3)]  # the residual stream after n layers
+        assert torch.equal(hidden[:, :64], after[3][0]) and torch.equal(hidden[:, 64:128], after[1][0])
+        assert torch.equal(hidden[:, 128:], states.last_hidden_state[0])
+
+
+def test_distilling_with_taps_learns_from_the_fused_layers_and_stays_exact(tapped):
+    pair, outcome, reports = tapped
+    train = [r for r in reports if r.phase == "train"]
+    losses = [r.loss for r in train if r.loss is not None]
+    assert sum(losses[-10:]) / 10 < sum(losses[:10]) / 10 - 0.3
+    assert outcome.alpha[0] >= 0.75 and min(outcome.alpha[1:]) >= 0.9, outcome.alpha
+    block, _, meta = features.load(outcome.weights, pair.target)
+    assert block.cfg.taps == (1, 2, FINAL) and json.loads(meta["config"])["taps"] == [1, 2, FINAL]
+    assert block.fuse.weight.shape == (64, 3 * 64)
+    draft = draft_of(pair, outcome)
+    assert draft.reads_features == (1, 2, FINAL)
+    accepted = 0
+    for text in ["the cat sat", "big red dog ran on a mat", "x"]:
+        prompt = pair.tokenizer.encode(text)
+        greedy = greedy_decode(pair.target, prompt, 40, NO_EOS).tokens
+        for k in (1, 4):
+            spec = speculative_decode(pair.target, draft, prompt, k, 40, NO_EOS)
+            assert spec.tokens == greedy, (text, k)
+            accepted += spec.stats.accepted
+    assert accepted > 60  # and it is not exact by proposing nothing
+
+
+def test_a_file_without_taps_reads_the_final_hidden_state_alone(trained, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    pair, outcome, _ = trained
+    meta = features.read_header(outcome.weights)
+    config = json.loads(meta["config"])
+    assert config.pop("taps") == [FINAL]
+    old = tmp_path / "old.safetensors"  # as the files written before taps were
+    save_file(load_file(str(outcome.weights)), str(old), metadata={**meta, "config": json.dumps(config)})
+    block, _, _ = features.load(old, pair.target)
+    assert block.cfg.taps == (FINAL,) and not hasattr(block, "fuse")
+    bad = tmp_path / "bad.safetensors"
+    save_file(load_file(str(outcome.weights)), str(bad), metadata={**meta, "config": json.dumps({**config, "taps": [9, -1]})})
+    with pytest.raises(SpecdecError, match=r"metadata 'config': tap 9 is not a layer count in 1\.\.4 or -1"):
+        features.load(bad, pair.target)
+
+
+def test_a_batch_cached_for_the_final_tap_is_retapped_to_what_generate_computes(tmp_path):
+    from specdec_cli.training import traindata
+
+    torch.set_num_threads(1)
+    pair = load_pair(load_card(str(tiny_card(tmp_path))))
+    batch = [pair.tokenizer.encode(p.text) for p in word_prompts(5)]
+    made = traindata.continuations(pair, batch, 12, (2, FINAL))
+    again = [traindata.Sequence(q.ids, q.prompt_len, False, None, q.labels) for q in made]
+    traindata.retap(pair, again, (2, FINAL), rows=2)
+    for q, r in zip(made, again):
+        assert q.features.shape == r.features.shape == (len(q.ids), 128)
+        torch.testing.assert_close(q.features.float(), r.features.float(), atol=2e-2, rtol=1e-2)
 
 
 @pytest.mark.parametrize("share", [0.25, 0.1, 0.5, 0.0])
@@ -309,6 +394,9 @@ def test_distill_cli_writes_weights_and_a_card_that_generates_exactly(run, tmp_p
     (("--minutes", "-5"), "command line: --minutes: must be a number > 0, got -5.0"),
     (("--out", "{file}"), "command line: --out: {file} exists and is not a folder"),
     (("--out", "{file}/sub"), "command line: --out: cannot write to {file}/sub: Not a directory"),
+    (("--taps", "3,x"), "command line: --taps: must be layer counts separated by commas, e.g. 3,15,-1, got '3,x'"),
+    (("--taps", "1,2"), "command line: --taps: must include -1 (the final hidden state, from which the draft "
+                        "learns the target's distribution), got '1,2'"),
 ])
 def test_distill_bad_input_fails_before_loading(run, tmp_path, monkeypatch, args, message):
     import specdec_cli.pair.loading as pair_mod

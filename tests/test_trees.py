@@ -24,6 +24,7 @@ from specdec_cli.loop.protocol import Draft
 from specdec_cli.loop.sampling import Sampling, sample_decode, speculative_sample
 from specdec_cli.loop.tree import Proposal, walk
 from specdec_cli.eval.stattest import homogeneity
+from specdec_cli.engine.taps import ONLY_FINAL
 
 from .conftest import parse_json_lines
 from .test_decoding import noisy_twins
@@ -426,9 +427,9 @@ def test_the_replay_answers_a_trees_slots_by_depth_features_too():
 
     replay, cache = ReplayTarget(Real(), [1, 2, 3, 4, 5, 6, 7, 8]), ReplayCache()
     cache.length = 2
-    logits, feats = replay.forward(torch.zeros(1, 4, dtype=torch.long), cache, features=True, tree=(0, 0, 1))
+    logits, feats = replay.forward(torch.zeros(1, 4, dtype=torch.long), cache, features=ONLY_FINAL, tree=(0, 0, 1))
     assert logits.argmax(-1).tolist() == [4, 5, 5, 6] and feats[:, 0].tolist() == [2, 3, 3, 4]  # depths 0 1 1 2
     assert cache.length == 6
     cache.length = 6
-    logits, feats = replay.forward(torch.zeros(1, 4, dtype=torch.long), cache, features=True, tree=(0, 1, 1))
+    logits, feats = replay.forward(torch.zeros(1, 4, dtype=torch.long), cache, features=ONLY_FINAL, tree=(0, 1, 1))
     assert logits.argmax(-1).tolist()[:2] == [8, 0] and feats[:, 0].tolist() == [6, 7, 7, 7]  # past the end: the last

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from specdec_cli.cards.card import MAX_K, Card, DraftSpec, override
 from specdec_cli.checks import check, integer as _int, probability as _prob
+from specdec_cli.engine.taps import FINAL
 from specdec_cli.errors import SpecdecError
 from specdec_cli.cards.prompts import SUITE, Prompt, first_per_category, read_prompts, read_stdin
 from specdec_cli.training.trainprompts import training_prompts
@@ -266,6 +267,7 @@ class DistillRequest:
     seed: int = 0
     steps: int | None = None
     prompts: int | None = None
+    taps: str | None = None  # "3,15,-1": the target's hidden states the draft reads (None: taps.default)
 
     def __post_init__(self):
         if not (isinstance(self.minutes, (int, float)) and math.isfinite(self.minutes) and self.minutes > 0):
@@ -274,6 +276,22 @@ class DistillRequest:
         for option, value in (("--steps", self.steps), ("--prompts", self.prompts)):
             if value is not None:
                 check("command line", option, value, _int(1, 10**9))
+        self.tap_list()
+
+    def tap_list(self) -> tuple[int, ...] | None:
+        """--taps as layer counts ("final" or -1: the final hidden state), which must include the
+        final one (the draft learns the target's distribution from it); None: not given."""
+        if self.taps is None:
+            return None
+        try:
+            taps = tuple(FINAL if t.strip() == "final" else int(t) for t in self.taps.split(","))
+        except ValueError:
+            raise SpecdecError(f"command line: --taps: must be layer counts separated by commas, e.g. 3,15,-1, "
+                               f"got {self.taps!r}") from None
+        if FINAL not in taps:
+            raise SpecdecError(f"command line: --taps: must include -1 (the final hidden state, from which the draft "
+                               f"learns the target's distribution), got {self.taps!r}")
+        return taps
 
     def out_path(self, card_name: str) -> Path:
         return Path(self.out_dir or f"{card_name}-features").expanduser()
@@ -289,4 +307,5 @@ class DistillRequest:
         """The command that replays this run (written into the card)."""
         return f"specdec distill -c {self.card} --minutes {self.minutes:g} --seed {self.seed}" + (
             f" --prompts-file {self.prompts_file}" if self.prompts_file else "") + (
-            f" --steps {self.steps}" if self.steps else "") + (f" --prompts {self.prompts}" if self.prompts else "")
+            f" --steps {self.steps}" if self.steps else "") + (f" --prompts {self.prompts}" if self.prompts else "") + (
+            f" --taps={self.taps}" if self.taps else "")

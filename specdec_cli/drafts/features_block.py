@@ -1,5 +1,5 @@
 """The `features` draft's model: one small block that drafts from the target's own hidden
-states (EAGLE-1, Li et al. 2024), its KV cache and its weights file. `specdec distill`
+states (EAGLE-1, Li et al. 2024; with fused taps, EAGLE-3's input), its KV cache and its weights file. `specdec distill`
 (distill.py) trains it; the draft that runs it in the loop is drafts/features.py.
 
 Notation: t_0..t_{L-1} the tokens; f_j the target's final hidden state at position j (what its
@@ -8,6 +8,12 @@ fused by `fc`, runs one decoder layer over its own KV cache and outputs a predic
 the target's LM head (shared, never copied) turns that into a guess for t_{j+2}. As in EAGLE-1
 the predicted feature goes straight to the LM head (no extra norm): the block regresses the
 post-norm features the head reads.
+
+Taps (EAGLE-3, Li et al. 2025): a block whose config names several of the target's hidden states
+(engine/taps.py: low, middle and final layers) reads them side by side at the true positions,
+and `fuse` (one linear map, T*H -> H) makes the feature it pairs with the token (`lift`); its own
+predictions, at the speculative positions, are H wide already. A block of the final tap alone
+has no `fuse`: an EAGLE-1 file reads as before.
 
 Drafting k tokens after t_0..t_{L-1}: feed the true pairs not yet cached (their features came
 from the target's last verify forward: handed over by the loop: Draft.reads_features), whose last output gives proposal 1;
@@ -33,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec_cli.engine import taps
+from specdec_cli.engine.taps import ONLY_FINAL
 from specdec_cli.errors import SpecdecError
 
 FORMAT = "specdec-features/1"  # safetensors metadata 'format': what this module reads and writes
@@ -46,6 +54,7 @@ class BlockConfig:
     vocab: int  # N: draft vocabulary (the head's rows), <= the target's vocabulary
     target_vocab: int  # V: the target's vocabulary (ids the draft proposes)
     rope_theta: float = 10000.0
+    taps: tuple[int, ...] = ONLY_FINAL  # the target's hidden states it reads (engine/taps.py)
 
 
 # ---------------------------------------------------------------------------- the block
@@ -71,6 +80,8 @@ class FeatureBlock(nn.Module):
         H, self.cfg = cfg.hidden, cfg
         if H % cfg.heads or (H // cfg.heads) % 2:
             raise ValueError(f"hidden {H} must split into {cfg.heads} heads of even size")
+        if tuple(cfg.taps) != ONLY_FINAL:
+            self.fuse = nn.Linear(len(cfg.taps) * H, H, bias=False)
         self.fc = nn.Linear(2 * H, H, bias=False)
         self.attn_norm = nn.RMSNorm(H, eps=1e-6)
         self.qkv = nn.Linear(H, 3 * H, bias=False)
@@ -78,6 +89,15 @@ class FeatureBlock(nn.Module):
         self.mlp_norm = nn.RMSNorm(H, eps=1e-6)
         self.gate_up = nn.Linear(H, 2 * cfg.intermediate, bias=False)
         self.down = nn.Linear(cfg.intermediate, H, bias=False)
+
+    def lift(self, features: torch.Tensor) -> torch.Tensor:
+        """The target's features at true positions [..., T * H] -> the block's [..., H]."""
+        return self.fuse(features) if tuple(self.cfg.taps) != ONLY_FINAL else features
+
+    def final(self, features: torch.Tensor) -> torch.Tensor:
+        """The final hidden state f [..., H] among the taps [..., T * H] (training reads it)."""
+        i, H = list(self.cfg.taps).index(taps.FINAL), self.cfg.hidden
+        return features[..., i * H:(i + 1) * H]
 
     def _split(self, x: torch.Tensor):
         """x [B, S, H] -> q, k, v [B, heads, S, d]."""
@@ -130,7 +150,8 @@ class FeatureBlock(nn.Module):
         """Training and evaluation: every position j of a batch drafts `steps` tokens at once,
         exactly as drafting would after the true pairs 0..j.
 
-        features [B, S, H]: f_j; embeds [B, S + steps, H]: embed(t_j) (zero past the end).
+        features [B, S, T * H]: the taps at j (f_j alone for EAGLE-1); embeds [B, S + steps, H]:
+        embed(t_j) (zero past the end).
         Step s at anchor j reads (f̂ of step s-1, or f_j for s = 1; embed(t_{j+s})) at position
         j+s-1 and attends to the true pairs 0..j (step 1's keys) and to its own chain's
         speculative pairs (steps 2..s of anchor j). Returns f̂ [B, S, H] for s = 1..steps.
@@ -139,7 +160,7 @@ class FeatureBlock(nn.Module):
         positions = torch.arange(S + steps, device=features.device)
         cos, sin = _rope(positions, self.cfg.hidden // self.cfg.heads, self.cfg.rope_theta)
         causal = torch.ones(S, S, dtype=torch.bool, device=features.device).tril()  # anchor j sees pairs <= j
-        outs, chain, h = [], [], features
+        outs, chain, h = [], [], self.lift(features)
         for s in range(1, steps + 1):
             x = self.fc(torch.cat([h, embeds[:, s:s + S]], dim=-1))
             q, k, v = self._split(x)
@@ -235,9 +256,13 @@ def load(path: Path, lm) -> tuple[FeatureBlock, torch.Tensor, dict]:
 
     meta = read_header(path)
     try:
-        cfg = BlockConfig(**json.loads(meta["config"]))
+        raw = json.loads(meta["config"])
+        cfg = BlockConfig(**{**raw, "taps": tuple(raw.get("taps", ONLY_FINAL))})
     except (KeyError, TypeError, ValueError) as e:
         raise SpecdecError(f"metadata 'config' is malformed ({e})") from None
+    problem = taps.check(cfg.taps, lm.config.get_text_config(decoder=True).num_hidden_layers)
+    if problem:
+        raise SpecdecError(f"metadata 'config': {problem}")
     hidden, vocab = target_shape(lm)
     if (cfg.hidden, cfg.target_vocab) != (hidden, vocab):
         raise SpecdecError(f"expects a target with hidden size {cfg.hidden} and vocabulary {cfg.target_vocab} "

@@ -1,5 +1,5 @@
 """The features draft (kind `features`, features_kind.py): one block drafting from the target's
-own hidden states (EAGLE-1). The block, its cache and its weights file are features_block.py (shared
+own hidden states (EAGLE-1; from several of them fused, EAGLE-3's input). The block, its cache and its weights file are features_block.py (shared
 with `specdec distill`, which trains them); here is the draft that runs them in the loop (see
 features_block.py's doc for the notation).
 """
@@ -48,12 +48,12 @@ class FeatureDraft(Draft):
     runs_model = True  # step_seconds: one block call and the head
     samples = True  # propose_sampled draws from its own warped distribution
     batches = False  # it reads the target's batch-1 hidden states
-    reads_features = True  # the loop asks the target's forwards for their final hidden states
     trees = True  # propose_tree: a tree grown by cumulative draft probability (EAGLE-2)
     BEAM = 4  # a tree's nodes expanded per depth, and children ranked per expanded node
 
     def __init__(self, lm, block: FeatureBlock, vocab_ids: torch.Tensor, name: str = "features", meta: dict | None = None):
         self.lm, self.block, self.name, self.meta = lm, block, name, meta or {}
+        self.reads_features = tuple(block.cfg.taps)  # the loop asks the target's forwards for these
         self.embed = lm.model.get_input_embeddings()  # the target's own module: shared
         self.head = Head(lm, vocab_ids)
         self.forwards = 0
@@ -157,7 +157,7 @@ class FeatureDraft(Draft):
             return None
         feats, toks = torch.cat(self.pending), torch.cat(self.pending_tokens)
         self.pending, self.pending_tokens = [], []
-        h = self.block.step(feats.to(self.head.weight.dtype), self.embed(toks), self.cache)[-1:]
+        h = self.block.step(self.block.lift(feats.to(self.head.weight.dtype)), self.embed(toks), self.cache)[-1:]
         self.cache.length += feats.shape[0]  # only true pairs stay
         return h
 
@@ -204,9 +204,9 @@ class FeatureDraft(Draft):
         return feats
 
     def _scratch(self, ids: list[int]) -> torch.Tensor:
-        """The target's features of `ids` from a forward of its own: [len(ids), H]."""
+        """The target's features of `ids` from a forward of its own: [len(ids), T * H]."""
         return self.lm.forward(torch.tensor([ids], device=self.lm.device), self.lm.new_cache(), keep=1,
-                               features=True)[1]
+                               features=self.reads_features)[1]
 
     def _restart(self, tokens: list[int]) -> None:
         """Recompute the features of tokens[:-1] with a scratch target forward; re-feed all."""

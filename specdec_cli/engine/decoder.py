@@ -18,6 +18,7 @@ import torch
 from specdec_cli.engine import attention, kernels
 from specdec_cli.engine.attention import Detour
 from specdec_cli.engine.quantize import RowInt8Fused, RowInt8Linear, RowInt8Part
+from specdec_cli.engine.taps import FINAL
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")  # the same layer, Qwen2's q/k/v with a bias
 
@@ -87,8 +88,9 @@ class Decoder:
 
     def __call__(self, ids: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], at: torch.Tensor,
                  columns: int, visible: torch.Tensor, positions: torch.Tensor, detours: list[Detour] = (),
-                 features: bool = False):
-        """ids [B, S] -> logits [B, S, V] (with `features`, and the final hidden states [B, S, H]).
+                 features: tuple[int, ...] = ()):
+        """ids [B, S] -> logits [B, S, V] (with `features`, and the hidden states at those taps
+        [B, S, T * H], taps.py).
         Layer i's new K/V are written into keys[i] / values[i] [rows, KV, capacity, D] at the
         columns `at` [B, 1, S, 1]; each query sees its first `columns` columns where `visible`
         [B, 1, S, columns] says; `positions` [B, S] are the rotary positions."""
@@ -103,7 +105,8 @@ class Decoder:
         at = at.expand(b, keys[0].shape[1], s, self.head_dim)
         linear = kernels.form_of(self.model.lm_head.switch if isinstance(self.model.lm_head, kernels.SwitchedLinear)
                                  else None, x)  # the forward's matmul form, as each SwitchedLinear would ask
-        for layer, k_buffer, v_buffer in zip(self.layers, keys, values):
+        kept = {}
+        for n, (layer, k_buffer, v_buffer) in enumerate(zip(self.layers, keys, values), 1):
             h = self._attend(layer, linear, _norm(x, layer.input_layernorm.weight, self.eps), k_buffer[:b],
                              v_buffer[:b], at, columns, visible, mask, rotary, g, detours)
             x = x + h
@@ -112,9 +115,13 @@ class Decoder:
             gate, up = _mms(linear, (mlp.gate_proj, mlp.up_proj), h)
             gated = torch.nn.functional.silu(gate) * up
             x = x + _mm(linear, mlp.down_proj, gated)
-        hidden = _norm(x, self.norm, self.eps)
+            if n in features:
+                kept[n] = x
+        kept[FINAL] = hidden = _norm(x, self.norm, self.eps)
         logits = _mm(linear, self.model.lm_head, hidden)  # looked up here: kernels.install swaps the linear layers
-        return (logits, hidden) if features else logits
+        if not features:
+            return logits
+        return logits, torch.cat([kept[t] for t in features], dim=-1) if len(features) > 1 else kept[features[0]]
 
     def _attend(self, layer, linear, h, k_buffer, v_buffer, at, columns, visible, mask, rotary, g, detours):
         """LlamaAttention.forward with KVLayer.update and grouped_attention's sdpa inlined."""

@@ -49,16 +49,16 @@ def to_device(values: list, device) -> torch.Tensor:
     return host.pin_memory().to(device, non_blocking=True)
 
 
-def prefill(lm, cache, prompt: list[int], features: bool = False):
+def prefill(lm, cache, prompt: list[int], features: tuple[int, ...] = ()):
     """Cache every prompt token but the last (the first round feeds it). Returns the forwards
-    made; with `features`, (forwards, the prefill's hidden states [L-1, H] or None)."""
+    made; with `features` (taps), (forwards, the prefill's hidden states [L-1, T * H] or None)."""
     if len(prompt) < 2:
         return (0, None) if features else 0
     ids = to_device([prompt[:-1]], lm.device)
     if not features:
         lm.forward(ids, cache, keep=1)  # logits unused
         return 1
-    return 1, lm.forward(ids, cache, keep=1, features=True)[1]
+    return 1, lm.forward(ids, cache, keep=1, features=features)[1]
 
 
 class SerialCache:
@@ -74,7 +74,7 @@ class SerialCache:
     def __init__(self, target, width: int | None = None):
         self.target, self.width, self.caches, self.fed = target, width, [], 0
 
-    def add(self, prompt: list[int], prefix=None, features: bool = False):
+    def add(self, prompt: list[int], prefix=None, features: tuple[int, ...] = ()):
         """A new last row holding prompt[:-1] (a copy of `prefix` when given); returns the
         forwards made (with `features`, and the prefill's hidden states, as prefill)."""
         if prefix is not None:
@@ -89,9 +89,9 @@ class SerialCache:
     def warm(self, widths) -> None:
         """Nothing to compile here (KVCache.warm)."""
 
-    def forward(self, ids: torch.Tensor, features: bool = False, trees: list | None = None):
+    def forward(self, ids: torch.Tensor, features: tuple[int, ...] = (), trees: list | None = None):
         """ids [B, S] -> logits [B, S, V]; appends S positions (W when pinned) to every row.
-        With `features`, (logits, hidden states [B, S, H]). `trees` only where self.trees."""
+        With `features` (taps), (logits, hidden states [B, S, T * H]). `trees` only where self.trees."""
         if trees is not None and any(trees) and not self.trees:
             raise SpecdecError("token trees need specdec's KV cache (a transformers target)")
         s = ids.shape[1]
@@ -101,7 +101,7 @@ class SerialCache:
         tree = [{"tree": t} if t else {} for t in trees] if trees else [{}] * len(self.caches)
         if not features:  # the toy's and a replay's forwards know no features
             return torch.stack([self.target.forward(ids[i : i + 1], c, **tree[i])[:s] for i, c in enumerate(self.caches)])
-        outs = [self.target.forward(ids[i : i + 1], c, features=True, **tree[i]) for i, c in enumerate(self.caches)]
+        outs = [self.target.forward(ids[i : i + 1], c, features=features, **tree[i]) for i, c in enumerate(self.caches)]
         return torch.stack([o[0][:s] for o in outs]), torch.stack([o[1][:s] for o in outs])
 
     def keep(self, kept: list[int], paths: list[list[int]] | None = None) -> None:
@@ -176,7 +176,7 @@ class KVCache:
                 new[: old.shape[0], :, : old.shape[2]] = old
                 setattr(layer, name, new)
 
-    def add(self, prompt: list[int], prefix=None, features: bool = False):
+    def add(self, prompt: list[int], prefix=None, features: tuple[int, ...] = ()):
         """A new last row holding prompt[:-1]: prefilled alone, the same way in every mode (or
         copied from `prefix`, a cache holding that prefill). Returns the forwards made (with
         `features`, and the prefill's hidden states, as prefill)."""
@@ -184,7 +184,7 @@ class KVCache:
             alone, made = prefix, (0, None)
         else:
             alone = self.lm.new_cache()
-            made = prefill(self.lm, alone, prompt, features=True) if features else (prefill(self.lm, alone, prompt), None)
+            made = prefill(self.lm, alone, prompt, features) if features else (prefill(self.lm, alone, prompt), None)
         row, n = len(self.lengths), len(prompt) - 1
         self._reserve(row + 1, n)
         if n:
@@ -227,9 +227,9 @@ class KVCache:
         off the first chain the K/V layout a chain would (Detour: bitwise a plain step)."""
         return self.sliding is None and (self.width is None or pinned_trees(self.lm))
 
-    def forward(self, ids: torch.Tensor, features: bool = False, trees: list | None = None):
+    def forward(self, ids: torch.Tensor, features: tuple[int, ...] = (), trees: list | None = None):
         """ids [B, S] -> logits [B, S, V]: each row's S positions at its own columns (pinned: fed
-        as [rows, W], padded). With `features`, (logits, hidden states [B, S, H]). `trees`: row
+        as [rows, W], padded). With `features` (taps), (logits, hidden states [B, S, T * H]). `trees`: row
         i's slots form the tree trees[i] (parents, engine/trees.py; None: a chain): slot s sits
         at position length + depth(s) and sees the row's columns plus its own ancestors."""
         b, s = ids.shape
@@ -341,7 +341,7 @@ def unsupported(lm) -> str | None:
 
 
 def cache_for(target, card_name: str = "the target", rows: int = 1, width: int | None = None,
-              capacity: int | None = None, features: bool = False):
+              capacity: int | None = None, features: tuple[int, ...] = ()):
     """The loop's cache for `target`: KVCache for a transformers model, SerialCache otherwise (and
     for a transformers model KVCache cannot hold, one request at a time in free shapes: its own
     cache, rolled back with crop). `width` W pins every forward to [rows, W] over `capacity`

@@ -26,7 +26,7 @@ import torch
 
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import cache_dir
-from specdec_cli.engine import converted, kernels
+from specdec_cli.engine import converted, kernels, taps
 from specdec_cli.engine.decoder import Decoder, unsupported as decoder_unsupported
 from specdec_cli.engine.memory import give_back
 from specdec_cli.engine.quantize import quantize_int8
@@ -129,10 +129,9 @@ class HFLM:
     run (`warm`). That state is private: other modules ask through these methods and read the
     properties, so nothing outside the engine changes how the target runs.
 
-    A forward asked for `features` also returns the final hidden states [.., S, H] of every
-    position fed (what the LM head reads; a features draft drafts from them), taken from the
-    decoder's output by a hook held only during that call: the logits come from transformers'
-    own unchanged path."""
+    A forward asked for `features` (taps.py: which hidden states) also returns them, [.., S, T * H]
+    for every position fed (a features draft drafts from them), taken by hooks held only during
+    that call: the logits come from transformers' own unchanged path."""
 
     def __init__(self, model, config=None):
         self.model = model.eval()
@@ -259,16 +258,16 @@ class HFLM:
         cache.activate_past_recording()
         return cache
 
-    def forward(self, ids: torch.Tensor, cache, keep: int = 0, features: bool = False):
-        """ids [1, S] -> logits [S, V] (the last `keep` rows when keep > 0); with `features`,
-        (logits, the final hidden states [S, H] of every position fed)."""
+    def forward(self, ids: torch.Tensor, cache, keep: int = 0, features: tuple[int, ...] = ()):
+        """ids [1, S] -> logits [S, V] (the last `keep` rows when keep > 0); with `features` (taps),
+        (logits, those hidden states [S, T * H] of every position fed)."""
         out = self.run(ids, cache, keep, features=features)
         return (out[0][0], out[1][0]) if features else out[0]
 
-    def run(self, ids: torch.Tensor, cache, keep: int = 0, fixed: bool = False, features: bool = False, **inputs):
+    def run(self, ids: torch.Tensor, cache, keep: int = 0, fixed: bool = False, features: tuple[int, ...] = (), **inputs):
         """ids [B, S] -> logits [B, S, V] through `cache` (`inputs`: the loop's own mask and
         positions, kvcache.py; `fixed`: a decode forward over a fixed-capacity KV buffer, a static
-        shape, run compiled when compiled). With `features`, (logits, hidden states [B, S, H]).
+        shape, run compiled when compiled). With `features` (taps), (logits, hidden states [B, S, T * H]).
         A prefill (keep > 0) takes torch's own matmuls, as in generate."""
         switch = self._policy.switch
         if switch is not None and keep:
@@ -277,13 +276,9 @@ class HFLM:
         try:
             if not features:
                 return model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
-            kept = []
-            hook = self.model.get_decoder().register_forward_hook(lambda m, a, out: kept.append(out[0]))
-            try:
+            with taps.tapping(self.model, features) as kept:
                 logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **inputs).logits
-            finally:
-                hook.remove()
-            return logits, kept[-1]  # last_hidden_state [B, S, H]
+            return logits, kept[-1]
         finally:
             if switch is not None:
                 switch.paused = False

@@ -60,14 +60,14 @@ class ReplayTarget:
         self.max_positions = real.max_positions
         pad = [0] * (MAX_K + 1)  # proposals may run past the continuation's EOS; the loop stops there
         self.next = torch.tensor(sequence[1:] + pad, device=real.device)  # the token after each position
-        self.hidden = None  # [L, H]: the real target's features of the whole sequence, when first asked
+        self.hidden = {}  # taps -> [L, T * H]: the real target's features of the whole sequence, when first asked
 
     def new_cache(self) -> ReplayCache:
         return ReplayCache()
 
-    def forward(self, ids: torch.Tensor, cache: ReplayCache, keep: int = 0, features: bool = False,
+    def forward(self, ids: torch.Tensor, cache: ReplayCache, keep: int = 0, features: tuple[int, ...] = (),
                 tree: tuple[int, ...] | None = None):
-        """As HFLM.forward: logits [S, V], with `features` (logits, features [S, H]). `tree`: the
+        """As HFLM.forward: logits [S, V], with `features` (taps) (logits, features [S, T * H]). `tree`: the
         slots' parents (engine/trees.py); slot s is answered at position start + depth(s). Only
         slots whose path is the continuation's are right, and only they are ever read: the loop
         keeps the longest path the target agrees with, and the target agrees with nothing else."""
@@ -79,11 +79,12 @@ class ReplayTarget:
         logits[torch.arange(len(at)), self.next[at.to(self.next.device)]] = 1.0
         if not features:
             return logits
-        if self.hidden is None:
+        if features not in self.hidden:
             sequence = torch.tensor([self.sequence], device=self.device)
-            self.hidden = self.real.forward(sequence, self.real.new_cache(), keep=1, features=True)[1]
-        past = len(self.hidden) - 1  # positions past the continuation (after its end) are never read
-        return logits, self.hidden[at.clamp(max=past).to(self.hidden.device)]
+            self.hidden[features] = self.real.forward(sequence, self.real.new_cache(), keep=1, features=features)[1]
+        hidden = self.hidden[features]
+        past = len(hidden) - 1  # positions past the continuation (after its end) are never read
+        return logits, hidden[at.clamp(max=past).to(hidden.device)]
 
 
 @dataclass

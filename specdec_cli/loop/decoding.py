@@ -159,7 +159,7 @@ def round_(cache, live: list[Request], k: int, max_tokens: int, eos: frozenset[i
     features = live[0].draft.reads_features
     clock = time.perf_counter()
     out = cache.forward(ids, features=features, trees=[p.parents for p in drafts] if trees else None)
-    logits, hidden = out if features else (out, None)  # [B, d+1, V], [B, d+1, H] or None
+    logits, hidden = out if features else (out, None)  # [B, d+1, V], [B, d+1, T * H] or None
     # 4. accept: each row's verifier on the device, then the one host sync
     verdicts = [r.verifier.verify(logits[i, : p.d + 1], p) for i, (r, p) in enumerate(zip(live, drafts))]
     read = Verdicts.read(verdicts, d)
@@ -196,7 +196,7 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
     `trees`: a draft that can propose token trees does, where the cache can hold them (KVCache.trees)."""
     width = width if width is None else max(width, k + 1)
     capacity = capacity_for(target, max(map(len, prompts), default=1) + max_tokens + (width or 0))
-    features = draft.reads_features  # the draft drafts from the target's hidden states (batch 1)
+    features = draft.reads_features  # the taps the draft drafts from (batch 1; () none)
     cache = cache_for(target, card_name, batch, width, capacity, features)
     cache.warm(range(1, k + 2))  # decoding.compile: new shapes compile now, before any request's clock starts
     timed = batch == 1 and not getattr(target, "replayed", False)  # a replay's forwards cost nothing
@@ -207,7 +207,7 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
             r = Request(index, prompt, fork(draft) if batch > 1 else draft, verifier(),
                         to_device([prompt[-1]], target.device), logits=[] if trace else None)
             if features:
-                r.stats.target_forwards, prompt_features = cache.add(prompt, prefix, features=True)
+                r.stats.target_forwards, prompt_features = cache.add(prompt, prefix, features)
                 r.draft.begin(prompt, prompt_features)
             else:
                 r.stats.target_forwards = cache.add(prompt, prefix)

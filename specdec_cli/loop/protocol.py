@@ -3,12 +3,12 @@
 A draft proposes tokens for the target to verify (after transformers' candidate generators).
 The loop speaks this protocol and knows no draft class (drafts/ holds them):
     begin(prompt, features)    start a new request (drop all per-request state); `features`: the
-                               prefill's hidden states [L-1, H], for a draft that reads_features
+                               prefill's hidden states [L-1, T * H], for a draft that reads_features
     propose(tokens, k) -> [d]  up to k token ids continuing `tokens`, on the target's device
     update(tokens, accepted, new, features)  the round is over: `tokens` is the new sequence,
                                the first `accepted` proposed tokens were kept, `new` (a device
                                tensor) holds the tokens just appended, so a draft needs no host
-                               copy, and `features` the hidden states [len(new), H] of the
+                               copy, and `features` the hidden states [len(new), T * H] of the
                                positions the verify fed for them (reads_features only)
     forwards                   model calls made so far (a counter, never reset by begin)
 
@@ -26,8 +26,9 @@ gives each capability its default, and a draft overrides the ones it has.
     fills            when it finds nothing to propose it can still offer one token (`filler`),
                      which the cost schedule verifies when a 2-token verify is cheap
     window           its own context window in tokens (None: it has no limit of its own)
-    reads_features   it drafts from the target's final hidden states: the loop asks the target's
-                     forwards for them and hands them over in begin and update (batch 1)
+    reads_features   the target's hidden states it drafts from, as taps (engine/taps.py; () none):
+                     the loop asks the target's forwards for them and hands them over in begin
+                     and update (batch 1)
     trees            it can propose a token tree, `propose_tree(tokens, k) -> (tokens [d],
                      parents)` with d <= k (loop/tree.py: each token's parent slot, the most
                      likely chain first), deterministic at any temperature; the loop asks for
@@ -63,7 +64,7 @@ class Draft:
     batches = True
     fills = False
     window: int | None = None
-    reads_features = False
+    reads_features: tuple[int, ...] = ()
     trees = False
 
     def begin(self, prompt: list[int], features: torch.Tensor | None = None) -> None:

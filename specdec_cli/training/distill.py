@@ -27,14 +27,16 @@ import tempfile
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from specdec_cli.engine import taps
 from specdec_cli.engine.models import HFLM
+from specdec_cli.engine.taps import ONLY_FINAL
 from specdec_cli.drafts import features_block as features
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import write_atomic, write_text_atomic
@@ -58,6 +60,7 @@ class Settings:
     reg: float = 1.0  # weight of the feature regression beside the token loss
     noise: float = 0.2  # Gaussian noise on the input features, x their RMS (EAGLE: robustness to its own errors)
     warm_start: bool = True  # fc from least squares first (False: from random weights only)
+    taps: tuple[int, ...] | None = None  # the target's hidden states the block reads (engine/taps.py; None: taps.default)
     width: int | None = None  # the block's MLP width (None: half the target's; more only overfits small data)
     lr: float = 1e-3
     warmup: int = 50  # steps of linear warm-up, then a constant rate ...
@@ -100,12 +103,14 @@ def check_out(path: Path) -> None:
 def warm_start(block: features.FeatureBlock, batcher: Batcher, seqs: list[Sequence], ridge: float = 1.0) -> None:
     """Start from the best linear guess: `fc` = the least-squares map from (f_j, embed(t_{j+1}))
     to f_{j+1} over the training data (ridge-regularised), with the attention and MLP outputs
-    zeroed, so step 0 already drafts like a linear predictor and training learns the rest."""
+    zeroed, so step 0 already drafts like a linear predictor and training learns the rest. With
+    several taps, `fuse` starts by passing the final one through (the other taps at zero)."""
     H = block.cfg.hidden
     xtx = torch.zeros(2 * H, 2 * H, dtype=torch.float64, device=batcher.device)
     xty = torch.zeros(2 * H, H, dtype=torch.float64, device=batcher.device)
     for i in range(0, len(seqs), 16):
         feats, embeds, _, lengths = batcher(seqs[i:i + 16])
+        feats = block.final(feats)
         S = feats.shape[1]
         valid = torch.arange(S - 1, device=feats.device)[None] + 1 < lengths[:, None]  # f_{j+1} exists
         x = torch.cat([feats[:, :-1], embeds[:, 1:S]], dim=-1)[valid].double()
@@ -113,6 +118,9 @@ def warm_start(block: features.FeatureBlock, batcher: Batcher, seqs: list[Sequen
         xty += x.T @ feats[:, 1:][valid].double()
     xtx += ridge * torch.eye(2 * H, dtype=torch.float64, device=xtx.device)
     with torch.no_grad():
+        if hasattr(block, "fuse"):
+            block.fuse.weight.zero_()
+            block.final(block.fuse.weight).copy_(torch.eye(H))
         block.fc.weight.copy_(torch.linalg.solve(xtx, xty).T.float())
         block.o.weight.zero_()
         block.down.weight.zero_()
@@ -120,9 +128,10 @@ def warm_start(block: features.FeatureBlock, batcher: Batcher, seqs: list[Sequen
 
 def losses(block, head_w, inputs, feats, embeds, lengths, steps: int, reg: float):
     """(mean loss over steps 1..steps, per-step outputs): see the module doc. `inputs`: the
-    features the block reads (`feats`, perhaps with noise); `feats`: the true ones."""
+    features the block reads (`feats`, perhaps with noise); `feats`: the true ones (all taps)."""
     B, S, _ = feats.shape
     outs = block.unroll(inputs, embeds, steps)
+    feats = block.final(feats)
     anchors = torch.arange(S, device=feats.device)[None]
     with torch.no_grad():  # the target's own distribution over the draft vocabulary (EAGLE-1), once per position
         p = torch.zeros(B, S, head_w.shape[0], device=feats.device)
@@ -182,7 +191,7 @@ class Outcome:
     interrupted: bool = False
 
 
-def block_config(lm, vocab: int, width: int | None = None) -> features.BlockConfig:
+def block_config(lm, vocab: int, width: int | None = None, taps: tuple[int, ...] = ONLY_FINAL) -> features.BlockConfig:
     """The block's shape from the target's: its hidden size, head count and MLP width."""
     text = lm.config.get_text_config(decoder=True)
     hidden, target_vocab = features.target_shape(lm)
@@ -192,7 +201,7 @@ def block_config(lm, vocab: int, width: int | None = None) -> features.BlockConf
     rope = getattr(text, "rope_parameters", None) or {}
     theta = float(rope.get("rope_theta", getattr(text, "rope_theta", 10000.0)))
     width = width or getattr(text, "intermediate_size", 4 * hidden) // 2
-    return features.BlockConfig(hidden, heads, width, vocab, target_vocab, theta)
+    return features.BlockConfig(hidden, heads, width, vocab, target_vocab, theta, tuple(taps))
 
 
 def distill(pair, prompts: list[Prompt], s: Settings, out: Path, command: str, source: str,
@@ -201,6 +210,11 @@ def distill(pair, prompts: list[Prompt], s: Settings, out: Path, command: str, s
     if not isinstance(pair.target, HFLM):
         raise SpecdecError(f"{pair.card.path}: target: a features draft needs a transformers target, got '{pair.card.target}'")
     check_out(out)
+    layers = pair.target.config.get_text_config(decoder=True).num_hidden_layers
+    s = replace(s, taps=s.taps or taps.default(layers))
+    problem = taps.check(s.taps, layers)
+    if problem:
+        raise SpecdecError(f"command line: --taps: {problem}")
     begun = time.monotonic()
     fp = features.fingerprint(pair.target)
 
@@ -208,7 +222,7 @@ def distill(pair, prompts: list[Prompt], s: Settings, out: Path, command: str, s
         report(Progress("data", done, total, trained_on, tokens))
 
     seqs = make_data(pair, order_prompts(prompts, s.seed), s.heldout, s.prompts, s.gen_batch, s.max_new_tokens, fp,
-                     begun + s.data_share * s.minutes * 60, made)
+                     begun + s.data_share * s.minutes * 60, made, s.taps)
     meta = {"target": pair.card.target, "card": pair.card.name, "fingerprint": fp, "command": command,
             "prompts_source": source, "seed": s.seed, "settings": asdict(s)}
     return train(pair, seqs, s, out, meta, begun, report)
@@ -220,7 +234,7 @@ def train(pair, seqs: list[Sequence], s: Settings, out: Path, meta: dict, begun:
     check_out(out)
     lm, budget, data_s = pair.target, s.minutes * 60, time.monotonic() - begun
     training, held = [q for q in seqs if not q.heldout], [q for q in seqs if q.heldout]
-    cfg = block_config(lm, min(s.vocab, lm.vocab_size), s.width)
+    cfg = block_config(lm, min(s.vocab, lm.vocab_size), s.width, s.taps or ONLY_FINAL)
     vocab_ids = draft_vocab(seqs, cfg.vocab, cfg.target_vocab).to(pair.device)
     torch.manual_seed(s.seed)
     block = features.FeatureBlock(cfg).to(pair.device)
@@ -277,8 +291,10 @@ def train(pair, seqs: list[Sequence], s: Settings, out: Path, meta: dict, begun:
                 group["lr"] = learning_rate(s, step, total)
             feats, embeds, labels, lengths = batcher(items)
             inputs = feats
-            if s.noise:  # on what the block reads only; the targets stay exact
-                inputs = feats + s.noise * feats.pow(2).mean().sqrt() * torch.randn(feats.shape, generator=rng).to(feats.device)
+            if s.noise:  # on what the block reads only; the targets stay exact. Each tap's noise x its own RMS
+                rms = (feats.pow(2).mean().sqrt() if len(cfg.taps) == 1 else
+                       feats.unflatten(-1, (-1, cfg.hidden)).pow(2).mean((0, 1, 3)).sqrt().repeat_interleave(cfg.hidden))
+                inputs = feats + s.noise * rms * torch.randn(feats.shape, generator=rng).to(feats.device)
             with bf16(pair.device, s.bf16):
                 loss, _ = losses(block, head_w, inputs, feats, embeds[:, : feats.shape[1] + s.unroll], lengths, s.unroll, s.reg)
             opt.zero_grad(set_to_none=True)

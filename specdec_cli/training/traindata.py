@@ -3,8 +3,10 @@ training prompts, with the final hidden states (features) it computed on the way
 `generate` in batches (left-padded) and cached per batch in the user cache, so a rerun skips
 what it already made; the draft's vocabulary; and padded training batches of them.
 
-Features: a hook on the target's decoder keeps the final hidden states f_i that `generate`
-computes anyway; the labels y_i are the greedy tokens it chose (no second pass).
+Features: hooks on the target's decoder keep the hidden states at the draft's taps
+(engine/taps.py) that `generate` computes anyway; the labels y_i are the greedy tokens it chose (no
+second pass). A batch cached with the final hidden state alone (an EAGLE-1 run's) is re-tapped
+by one teacher-forced forward over its sequences (`retap`) instead of being generated again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from specdec_cli.engine.taps import ONLY_FINAL, tapping
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import cache_dir, write_atomic
 from specdec_cli.cards.prompts import Prompt
@@ -36,7 +39,7 @@ class Sequence:
     ids: list[int]  # prompt + the target's greedy continuation
     prompt_len: int
     heldout: bool
-    features: torch.Tensor | None = None  # [S, H] f_i, float16
+    features: torch.Tensor | None = None  # [S, T * H] the taps at position i (f_i alone: EAGLE-1), float16
     labels: torch.Tensor | None = None  # [S] y_i: the target's greedy token after position i (-1: in the prompt)
 
 
@@ -54,10 +57,10 @@ def order_prompts(prompts: list[Prompt], seed: int) -> list[Prompt]:
 
 
 @torch.no_grad()
-def continuations(pair, batch: list[list[int]], max_new_tokens: int) -> list[Sequence]:
+def continuations(pair, batch: list[list[int]], max_new_tokens: int, taps: tuple[int, ...] = ONLY_FINAL) -> list[Sequence]:
     """The target's greedy continuations of a batch of prompt ids (left-padded `generate`), with
-    the features it computed on the way: a hook on the decoder keeps each call's final hidden
-    states (prefill: the prompts; then one position per step), so no second pass is needed.
+    the features it computed on the way: hooks keep each decoder call's hidden states at `taps`
+    (prefill: the prompts; then one position per step), so no second pass is needed.
 
     A row generating g_1..g_n (cut after its first EOS) becomes ids = prompt + g_1..g_{n-1}
     (g_n is never fed, so it has no feature) and labels y_i = g_{i-P+2} for i >= P-1: the
@@ -68,13 +71,10 @@ def continuations(pair, batch: list[list[int]], max_new_tokens: int) -> list[Seq
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=pair.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=pair.device)
     eos = sorted(pair.eos)
-    calls = []
-    hook = model.get_decoder().register_forward_hook(lambda m, a, o: calls.append(o[0].to("cpu", torch.float16)))
-    try:
+    with tapping(model, taps) as calls:
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, min_new_tokens=1,
                              do_sample=False, eos_token_id=eos or None, pad_token_id=eos[0] if eos else pad)
-    finally:
-        hook.remove()
+    calls = [c.to("cpu", torch.float16) for c in calls]
     generated = out[:, width:].tolist()
     steps = torch.cat(calls[1:], dim=1) if len(calls) > 1 else calls[0][:, :0]  # [B, n-1, H]
     if calls[0].shape[1] != width or steps.shape[1] != len(generated[0]) - 1:
@@ -87,6 +87,22 @@ def continuations(pair, batch: list[list[int]], max_new_tokens: int) -> list[Seq
         labels = torch.tensor([-1] * (len(prompt) - 1) + row[:n])
         result.append(Sequence(prompt + row[: n - 1], len(prompt), False, feats, labels))
     return result
+
+
+@torch.no_grad()
+def retap(pair, seqs: list[Sequence], taps: tuple[int, ...], rows: int = 8) -> None:
+    """Each sequence's features replaced by its taps, from teacher-forced forwards of the target's
+    decoder over its ids (right-padded, `rows` at a time: causal attention keeps the padding
+    out of every real position). The same hidden states `generate` computed, to float rounding."""
+    decoder = pair.target.model.get_decoder()
+    for i in range(0, len(seqs), rows):
+        group = seqs[i:i + rows]
+        width = max(len(q.ids) for q in group)
+        ids = torch.tensor([q.ids + [0] * (width - len(q.ids)) for q in group], device=pair.device)
+        with tapping(pair.target.model, taps) as calls:
+            decoder(input_ids=ids, use_cache=False)
+        for q, row in zip(group, calls[-1].to("cpu", torch.float16)):
+            q.features = row[:len(q.ids)].clone()
 
 
 def _save_batch(path: Path, seqs: list[Sequence]) -> None:
@@ -109,12 +125,13 @@ def _load_batch(path: Path) -> list[Sequence]:
 
 
 def make_data(pair, prompts: list[Prompt], heldout: int, wanted: int | None, gen_batch: int, max_new_tokens: int,
-              fingerprint: str, deadline: float | None, report: Report) -> list[Sequence]:
+              fingerprint: str, deadline: float | None, report: Report, taps: tuple[int, ...] = ONLY_FINAL) -> list[Sequence]:
     """Held-out prompts first (`heldout`, at most a fifth of them), then training prompts, batch
     by batch (`gen_batch` prompts a `generate` call) until the prompts run out, `wanted`
     training prompts are done, or the deadline passes (whole batches only; with `wanted` given
     the clock is ignored). Each batch is cached in the user cache (keyed by target, prompts and
-    length): a rerun reuses it."""
+    length, and the taps beyond the final one): a rerun reuses it, and a batch cached for the final
+    tap alone is re-tapped (retap) rather than generated again."""
     held = min(heldout, max(1, len(prompts) // 5))
     want = len(prompts) - held if wanted is None else min(wanted, len(prompts) - held)
     if want < 1:
@@ -131,23 +148,43 @@ def make_data(pair, prompts: list[Prompt], heldout: int, wanted: int | None, gen
         if deadline is not None and wanted is None and time.monotonic() > deadline and any(not q.heldout for q in seqs):
             break
         batch = [encoded[i] for i in rows]
-        key = hashlib.sha256(json.dumps([CACHE_FORMAT, fingerprint, room, batch]).encode()).hexdigest()[:32]
-        cached = cache_dir("distill", fingerprint[:16]) / f"{key}.safetensors"
-        try:
-            made = _load_batch(cached)
-        except Exception:  # noqa: BLE001 - absent or unreadable: make it again
-            made = continuations(pair, batch, room)
-            try:
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(cached, lambda path: _save_batch(path, made), "distill cache")
-            except OSError:
-                pass  # the cache is an optimisation only
+        made = _cached(pair, batch, room, fingerprint, taps)
         for i, q in zip(rows, made):
             q.heldout = i < held
         seqs += made
         train = [q for q in seqs if not q.heldout]
         report(time.monotonic() - start, (deadline - start) if deadline else 1, len(train), sum(len(q.ids) for q in train))
     return seqs
+
+
+def _cached(pair, batch: list[list[int]], room: int, fingerprint: str, taps: tuple[int, ...]) -> list[Sequence]:
+    """One batch's sequences with their taps: from the cache, re-tapped from the final tap's
+    cached batch, or generated; whatever was made is cached (make_data)."""
+    def path(taps):
+        key = [CACHE_FORMAT, fingerprint, room, batch] + ([list(taps)] if taps != ONLY_FINAL else [])
+        return cache_dir("distill", fingerprint[:16]) / f"{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]}.safetensors"
+
+    cached = path(taps)
+    try:
+        return _load_batch(cached)
+    except Exception:  # noqa: BLE001 - absent or unreadable: make it
+        pass
+    made = None
+    if taps != ONLY_FINAL:
+        try:
+            made = _load_batch(path(ONLY_FINAL))
+        except Exception:  # noqa: BLE001 - absent or unreadable: generate it
+            pass
+    if made is not None:
+        retap(pair, made, taps)
+    else:
+        made = continuations(pair, batch, room, taps)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(cached, lambda p: _save_batch(p, made), "distill cache")
+    except OSError:
+        pass  # the cache is an optimisation only
+    return made
 
 
 def draft_vocab(seqs: list[Sequence], size: int, target_vocab: int) -> torch.Tensor:
@@ -171,7 +208,7 @@ def draft_vocab(seqs: list[Sequence], size: int, target_vocab: int) -> torch.Ten
 
 
 class Batcher:
-    """Padded training batches: features [B, S, H], embeds [B, S+U, H], labels (draft rows,
+    """Padded training batches: features [B, S, T * H], embeds [B, S+U, H], labels (draft rows,
     -1 = outside the draft vocabulary or padding) [B, S], lengths [B]."""
 
     def __init__(self, pair, seqs: list[Sequence], vocab_ids: torch.Tensor, unroll: int):

@@ -29,6 +29,9 @@ def distill(
     seed: int = typer.Option(0, "--seed", help="Seed of the prompt order, the initial weights and the batches."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Train exactly N steps (replays a recorded run)."),
     prompts: Optional[int] = typer.Option(None, "--prompts", help="Use exactly N training prompts (replays a recorded run)."),
+    taps: Optional[str] = typer.Option(None, "--taps", help="The target's hidden states the draft reads, as layer counts "
+                                       "(-1: the final one), e.g. 3,15,-1. Default: a tenth of the layers, half, and "
+                                       "the final one (EAGLE-3); --taps=-1: the final one alone (EAGLE-1)."),
 ):
     """Train a features draft (EAGLE-style) for a card's target on this machine, by
     self-distillation: the target's own greedy answers to training prompts, then one small
@@ -44,12 +47,12 @@ def distill(
     from specdec_cli.training.distill import Settings, check_out, distill as run  # imports torch: only when the command runs
 
     request = DistillRequest(card=card, prompts_file=prompts_file, minutes=minutes, out_dir=out_dir, seed=seed,
-                             steps=steps, prompts=prompts)
+                             steps=steps, prompts=prompts, taps=taps)
     out_path = request.out_path(load_card(card).name)
     check_out(out_path)  # an unwritable folder fails now, not after the data is made
     items, source = request.items()
     pair = load(card)
-    settings = Settings(minutes=minutes, seed=seed, steps=steps, prompts=prompts)
+    settings = Settings(minutes=minutes, seed=seed, steps=steps, prompts=prompts, taps=request.tap_list())
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeRemainingColumn(), console=err, disable=not err.is_terminal) as bar:
         result = run(pair, items, settings, out_path, request.command_line(), source, DistillReport(bar, err))
