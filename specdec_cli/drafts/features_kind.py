@@ -1,5 +1,6 @@
-"""Draft kind `features`: one block drafting from the target's own hidden states (EAGLE-1;
-drafts/features.py runs it in the loop, features.py is the block and its weights file).
+"""Draft kind `features`: one block drafting from the target's own hidden states (EAGLE-1, or
+EAGLE-3's fused layers where its weights name taps; features_draft.py runs it in the loop,
+features_block.py is the block and its weights file).
 
     draft: {kind: features, weights: weights/smollm2-distilled.safetensors}
 A weights file fits one target (checked on load), and no serving engine reads it.

@@ -3,8 +3,9 @@
 1. Data (traindata.py): the target's own greedy continuations of training prompts (HF
    `generate` in batches, left-padded), cached per batch in the user cache so a rerun skips
    what it already made.
-2. Features (traindata.py): a hook on the target's decoder keeps the final hidden states f_i
-   that `generate` computes anyway; the labels y_i are the greedy tokens it chose.
+2. Features (traindata.py): hooks on the target's decoder keep the hidden states at the taps
+   (engine/taps.py; the final one f_i among them) that `generate` computes anyway; the labels
+   y_i are the greedy tokens it chose.
 3. Training: a linear warm start (least squares), then at every position j the block drafts
    `unroll` tokens the way it drafts in the loop (FeatureBlock.unroll); loss = cross-entropy
    against the target's distribution at j+s (its LM head over f_{j+s}, as EAGLE-1) + `reg` x

@@ -1,5 +1,5 @@
 """The data `specdec distill` trains on (distill.py): the target's own greedy continuations of
-training prompts, with the final hidden states (features) it computed on the way, made by HF
+training prompts, with the hidden states (features, at the draft's taps) it computed on the way, made by HF
 `generate` in batches (left-padded) and cached per batch in the user cache, so a rerun skips
 what it already made; the draft's vocabulary; and padded training batches of them.
 
