@@ -184,6 +184,31 @@ def test_a_batch_cached_for_the_final_tap_is_retapped_to_what_generate_computes(
         torch.testing.assert_close(q.features.float(), r.features.float(), atol=2e-2, rtol=1e-2)
 
 
+def test_make_data_retaps_a_batch_cached_for_the_final_tap_and_then_reads_its_own(tmp_path, monkeypatch):
+    from specdec_cli.training import traindata
+
+    torch.set_num_threads(1)
+    pair = load_pair(load_card(str(tiny_card(tmp_path))))
+    prompts, fp = word_prompts(12), features.fingerprint(pair.target)
+
+    def make(taps):
+        return traindata.make_data(pair, prompts, 2, None, 4, 8, fp, None, lambda *a: None, taps)
+
+    final = make(ONLY_FINAL)  # generated, cached
+    generated = []
+    monkeypatch.setattr(traindata, "continuations", lambda *a, **kw: generated.append(a) or [])
+    tapped = make((2, FINAL))  # re-tapped from the final tap's batches: nothing generated
+    assert not generated and [q.ids for q in tapped] == [q.ids for q in final]
+    assert all(q.features.shape == (len(q.ids), 128) for q in tapped)
+    for q, r in zip(final, tapped):
+        torch.testing.assert_close(r.features[:, 64:].float(), q.features.float(), atol=2e-2, rtol=1e-2)
+    retapped = []
+    monkeypatch.setattr(traindata, "retap", lambda *a, **kw: retapped.append(a))
+    again = make((2, FINAL))  # its own batches now
+    assert not generated and not retapped
+    assert all(torch.equal(q.features, r.features) for q, r in zip(tapped, again))
+
+
 @pytest.mark.parametrize("share", [0.25, 0.1, 0.5, 0.0])
 def test_the_decay_starts_where_a_clock_run_reached_its_decay_time(share):
     for reached in range(0, 400):
