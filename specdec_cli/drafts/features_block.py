@@ -1,6 +1,6 @@
 """The `features` draft's model: one small block that drafts from the target's own hidden
 states (EAGLE-1, Li et al. 2024; with fused taps, EAGLE-3's input), its KV cache and its weights file. `specdec distill`
-(distill.py) trains it; the draft that runs it in the loop is drafts/features.py.
+(distill.py) trains it; the draft that runs it in the loop is features_draft.py.
 
 Notation: t_0..t_{L-1} the tokens; f_j the target's final hidden state at position j (what its
 LM head reads; it predicts t_{j+1}). At position j the block reads the pair (f_j, t_{j+1}),
