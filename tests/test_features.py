@@ -61,7 +61,7 @@ def trained(tmp_path_factory):
     pair = load_pair(load_card(str(tiny_card(folder))))
     reports = []
     s = D.Settings(steps=120, max_new_tokens=64, heldout=8, eval_every=40, batch=8, lr=3e-3, warmup=10,
-                   warm_start=False, taps=ONLY_FINAL)
+                   warm_start=False)
     outcome = D.distill(pair, word_prompts(40), s, folder / "out", "specdec distill (test)", "word prompts",
                         reports.append)
     return pair, outcome, reports
@@ -69,14 +69,14 @@ def trained(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tapped(tmp_path_factory):
-    """As `trained`, with the default taps (low, middle and final layers, EAGLE-3): `fuse` from
+    """As `trained`, with taps (low, middle and final layers, as EAGLE-3 fuses them): `fuse` from
     random weights too. (pair, outcome, progress reports)."""
     folder = tmp_path_factory.mktemp("tapped")
     torch.set_num_threads(1)
     pair = load_pair(load_card(str(tiny_card(folder))))
     reports = []
     s = D.Settings(steps=120, max_new_tokens=64, heldout=8, eval_every=40, batch=8, lr=3e-3, warmup=10,
-                   warm_start=False)
+                   warm_start=False, taps=(1, 2, FINAL))
     outcome = D.distill(pair, word_prompts(40), s, folder / "out", "specdec distill (test)", "word prompts",
                         reports.append)
     return pair, outcome, reports
@@ -412,6 +412,22 @@ def test_distill_cli_writes_weights_and_a_card_that_generates_exactly(run, tmp_p
     assert r.exit_code == 0, r.stderr
     result = json.loads(r.stdout)
     assert result["identical"] and result["spec"]["metrics"]["accepted"] > 0
+
+
+def test_distill_cli_taps_name_the_layers_the_draft_reads(run, tmp_path):
+    card = tiny_card(tmp_path)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n".join(p.text for p in word_prompts(12)))
+    out = tmp_path / "out"
+    r = run("distill", "-c", card, "--prompts-file", prompts, "--steps", 5, "--out", out, "--taps=2,-1")
+    assert r.exit_code == 0, r.stderr
+    meta = features.read_header(out / "model.safetensors")
+    assert json.loads(meta["config"])["taps"] == [2, FINAL] and meta["command"].endswith(" --steps 5 --taps=2,-1")
+    r = run("generate", "-c", out / "tiny-features.yaml", "--mode", "both", "--json", "-n", "16", "the cat sat")
+    assert r.exit_code == 0 and json.loads(r.stdout)["identical"], r.stderr
+    r = run("distill", "-c", card, "--prompts-file", prompts, "--steps", 5, "--out", tmp_path / "o2", "--taps=9,-1")
+    assert_one_error(r, "command line: --taps: tap 9 is not a layer count in 1..4 or -1 (the final hidden state)",
+                     alone=False)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.slow
 PROMPTS = ["Explain what a hash table is.", "Translate to French: The cat is sleeping.",
            "Write a Python function that reverses a list."]
 N = 40  # new tokens per check: enough for several rounds of every kind
+SHIPPED = "weights/smollm2-distilled.safetensors"  # smollm2-distilled's draft (relative to the cards folder)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,8 @@ def references(smollm2_pair):
 
 
 @pytest.mark.parametrize("draft", [DraftSpec("prompt-lookup", schedule=s) for s in ("fixed", "heuristic", "cost")]
-                                  + [DraftSpec("early-exit", layers=20, schedule="fixed")], ids=lambda d: d.label())
+                                  + [DraftSpec("early-exit", layers=20, schedule="fixed"),
+                                     DraftSpec("features", weights=SHIPPED, schedule="fixed")], ids=lambda d: d.label())
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_speculative_equals_transformers_generate(smollm2_pair, references, draft, k):
     pair = smollm2_pair
@@ -42,8 +44,18 @@ def test_speculative_equals_transformers_generate(smollm2_pair, references, draf
         result = pair.spec(ids, k, N, d)
         assert result.tokens == expected, (prompt, draft.label(), k)
         assert result.stats.target_forwards == result.stats.verify_rounds + 1
-    if draft.kind == "early-exit":
-        assert result.stats.draft_forwards > 0
+    if draft.kind != "prompt-lookup":
+        assert result.stats.draft_forwards > 0 and result.stats.accepted > 0
+
+
+def test_the_shipped_features_draft_grows_trees_that_stay_equal_to_transformers_generate(smollm2_pair, references):
+    pair = smollm2_pair
+    d = build_draft(DraftSpec("features", weights=SHIPPED, schedule="fixed"), pair)
+    assert d.reads_features == tuple(d.block.cfg.taps)  # what the verify hands back is what the block reads
+    for prompt, (ids, expected) in references.items():
+        result = pair.spec(ids, 6, N, d, trees=True)
+        assert result.tokens == expected, prompt
+        assert result.stats.accepted > 0 and any(r.depth is not None for r in result.rounds)
 
 
 def test_greedy_equals_transformers_generate(smollm2_pair, references):

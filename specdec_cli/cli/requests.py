@@ -267,7 +267,7 @@ class DistillRequest:
     seed: int = 0
     steps: int | None = None
     prompts: int | None = None
-    taps: str | None = None  # "3,15,-1": the target's hidden states the draft reads (None: taps.default)
+    taps: str | None = None  # "3,15,-1": the target's hidden states the draft reads (None: the final one alone)
 
     def __post_init__(self):
         if not (isinstance(self.minutes, (int, float)) and math.isfinite(self.minutes) and self.minutes > 0):

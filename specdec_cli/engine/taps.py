@@ -28,12 +28,6 @@ def check(taps: tuple[int, ...], layers: int) -> str | None:
     return None
 
 
-def default(layers: int) -> tuple[int, ...]:
-    """Low, middle and final, as EAGLE-3 fuses them: after a tenth of the layers, after half, final."""
-    low, mid = max(1, layers // 10), max(1, layers // 2)
-    return tuple(dict.fromkeys((low, mid, FINAL)))
-
-
 @contextmanager
 def tapping(model, taps: tuple[int, ...]):
     """Hooks on `model`'s decoder (a transformers causal LM) that keep, for every decoder call while

@@ -28,7 +28,7 @@ import tempfile
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -61,7 +61,7 @@ class Settings:
     reg: float = 1.0  # weight of the feature regression beside the token loss
     noise: float = 0.2  # Gaussian noise on the input features, x their RMS (EAGLE: robustness to its own errors)
     warm_start: bool = True  # fc from least squares first (False: from random weights only)
-    taps: tuple[int, ...] | None = None  # the target's hidden states the block reads (engine/taps.py; None: taps.default)
+    taps: tuple[int, ...] = ONLY_FINAL  # the target's hidden states the block reads (engine/taps.py; docs/distill.md)
     width: int | None = None  # the block's MLP width (None: half the target's; more only overfits small data)
     lr: float = 1e-3
     warmup: int = 50  # steps of linear warm-up, then a constant rate ...
@@ -212,7 +212,6 @@ def distill(pair, prompts: list[Prompt], s: Settings, out: Path, command: str, s
         raise SpecdecError(f"{pair.card.path}: target: a features draft needs a transformers target, got '{pair.card.target}'")
     check_out(out)
     layers = pair.target.config.get_text_config(decoder=True).num_hidden_layers
-    s = replace(s, taps=s.taps or taps.default(layers))
     problem = taps.check(s.taps, layers)
     if problem:
         raise SpecdecError(f"command line: --taps: {problem}")
@@ -235,7 +234,7 @@ def train(pair, seqs: list[Sequence], s: Settings, out: Path, meta: dict, begun:
     check_out(out)
     lm, budget, data_s = pair.target, s.minutes * 60, time.monotonic() - begun
     training, held = [q for q in seqs if not q.heldout], [q for q in seqs if q.heldout]
-    cfg = block_config(lm, min(s.vocab, lm.vocab_size), s.width, s.taps or ONLY_FINAL)
+    cfg = block_config(lm, min(s.vocab, lm.vocab_size), s.width, s.taps)
     vocab_ids = draft_vocab(seqs, cfg.vocab, cfg.target_vocab).to(pair.device)
     torch.manual_seed(s.seed)
     block = features.FeatureBlock(cfg).to(pair.device)

@@ -30,8 +30,9 @@ def distill(
     steps: Optional[int] = typer.Option(None, "--steps", help="Train exactly N steps (replays a recorded run)."),
     prompts: Optional[int] = typer.Option(None, "--prompts", help="Use exactly N training prompts (replays a recorded run)."),
     taps: Optional[str] = typer.Option(None, "--taps", help="The target's hidden states the draft reads, as layer counts "
-                                       "(-1: the final one), e.g. 3,15,-1. Default: a tenth of the layers, half, and "
-                                       "the final one (EAGLE-3); --taps=-1: the final one alone (EAGLE-1)."),
+                                       "(-1: the final one), fused as EAGLE-3 fuses low, middle and final layers, e.g. "
+                                       "3,15,-1. Default: -1, the final one alone (EAGLE-1; on SmolLM2 the fused "
+                                       "layers measured no better: docs/distill.md)."),
 ):
     """Train a features draft (EAGLE-style) for a card's target on this machine, by
     self-distillation: the target's own greedy answers to training prompts, then one small
@@ -52,7 +53,8 @@ def distill(
     check_out(out_path)  # an unwritable folder fails now, not after the data is made
     items, source = request.items()
     pair = load(card)
-    settings = Settings(minutes=minutes, seed=seed, steps=steps, prompts=prompts, taps=request.tap_list())
+    settings = Settings(minutes=minutes, seed=seed, steps=steps, prompts=prompts, **(
+        {"taps": request.tap_list()} if taps else {}))
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeRemainingColumn(), console=err, disable=not err.is_terminal) as bar:
         result = run(pair, items, settings, out_path, request.command_line(), source, DistillReport(bar, err))
