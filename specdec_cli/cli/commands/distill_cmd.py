@@ -45,6 +45,7 @@ def distill(
 
         specdec generate -c smollm2-draft/smollm2-features.yaml "Tell me about volcanoes."
     """
+    from specdec_cli.engine.taps import ONLY_FINAL
     from specdec_cli.training.distill import Settings, check_out, distill as run  # imports torch: only when the command runs
 
     request = DistillRequest(card=card, prompts_file=prompts_file, minutes=minutes, out_dir=out_dir, seed=seed,
@@ -53,8 +54,7 @@ def distill(
     check_out(out_path)  # an unwritable folder fails now, not after the data is made
     items, source = request.items()
     pair = load(card)
-    settings = Settings(minutes=minutes, seed=seed, steps=steps, prompts=prompts, **(
-        {"taps": request.tap_list()} if taps else {}))
+    settings = Settings(minutes=minutes, seed=seed, steps=steps, prompts=prompts, taps=request.tap_list() or ONLY_FINAL)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeRemainingColumn(), console=err, disable=not err.is_terminal) as bar:
         result = run(pair, items, settings, out_path, request.command_line(), source, DistillReport(bar, err))
