@@ -6,7 +6,7 @@ and the draft's step time (one proposed token: head, argmax, block), sizes alter
     .venv/bin/python benchmarks/head_vocab.py [WEIGHTS] [SIZES]   # default: the shipped draft, 8192,6144,4096,3072,2048
 
 A cut keeps the draft vocabulary's first N ids (its ids are ascending; byte-level BPE numbers
-tokens roughly by frequency). Record `lscpu | grep 'Model name'` beside the times.
+tokens roughly by frequency); a size above it adds the target's lowest other ids. Record `lscpu | grep 'Model name'` beside the times.
 """
 
 from __future__ import annotations
@@ -28,6 +28,15 @@ from specdec_cli.training import distill, traindata
 CATEGORIES = ("conversation", "qa", "translation", "code")
 
 
+def rows(ids: torch.Tensor, n: int) -> torch.Tensor:
+    """n draft-vocabulary ids: the first n of `ids`, or all of them and the lowest others."""
+    if n <= len(ids):
+        return ids[:n]
+    others = torch.ones(int(ids.max()) + n + 1, dtype=torch.bool)
+    others[ids] = False
+    return torch.cat([ids, others.nonzero()[: n - len(ids), 0].to(ids.device)]).sort().values
+
+
 def main(weights: str, sizes: list[int]) -> None:
     pair = load_pair(override(load_card("smollm2"), dtype="float32"))
     block, ids, _ = features.load(Path(weights), pair.target)
@@ -39,13 +48,13 @@ def main(weights: str, sizes: list[int]) -> None:
         q.heldout = True
     head = pair.target.model.get_output_embeddings().weight.detach()
     context = seqs[0].ids
-    drafts = {n: FeatureDraft(pair.target, block, ids[:n]) for n in sizes}
+    drafts = {n: FeatureDraft(pair.target, block, rows(ids, n)) for n in sizes}
     times = {n: [] for n in sizes}
     for _ in range(5):
         for n in sizes:
             times[n].append(drafts[n].step_seconds(context))
     for n in sizes:
-        alpha = distill.acceptance(block, head[ids[:n]].float(), traindata.Batcher(pair, seqs, ids[:n], 4), seqs, 4)
+        alpha = distill.acceptance(block, head[rows(ids, n)].float(), traindata.Batcher(pair, seqs, rows(ids, n), 4), seqs, 4)
         print(f"{n} rows: α by position {' '.join(f'{a:.3f}' for a in alpha)}, expected tokens per round at k = 4 "
               f"{expected_tokens(alpha):.3f}, draft step {1000 * statistics.median(times[n]):.2f} ms (median of 5)")
 
