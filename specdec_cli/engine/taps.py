@@ -29,10 +29,11 @@ def check(taps: tuple[int, ...], layers: int) -> str | None:
 
 
 @contextmanager
-def tapping(model, taps: tuple[int, ...]):
+def tapping(model, taps: tuple[int, ...], store=lambda t: t):
     """Hooks on `model`'s decoder (a transformers causal LM) that keep, for every decoder call while
-    the context is open, its hidden states at `taps` side by side [B, S, T * H]: yields the list
-    they are appended to. The decoder's own hook fires after its layers', so it closes each call."""
+    the context is open, its hidden states at `taps` side by side [B, S, T * H], through `store`
+    (e.g. to the host, in half precision): yields the list they are appended to. The decoder's own
+    hook fires after its layers', so it closes each call."""
     import torch
 
     decoder = model.get_decoder()
@@ -45,7 +46,7 @@ def tapping(model, taps: tuple[int, ...]):
 
     def close(module, args, out):
         seen[FINAL] = out[0]
-        calls.append(torch.cat([seen[t] for t in taps], dim=-1) if len(taps) > 1 else seen[taps[0]])
+        calls.append(store(torch.cat([seen[t] for t in taps], dim=-1) if len(taps) > 1 else seen[taps[0]]))
         seen.clear()
 
     hooks = [decoder.layers[t - 1].register_forward_hook(keep(t)) for t in taps if t != FINAL]

@@ -71,10 +71,9 @@ def continuations(pair, batch: list[list[int]], max_new_tokens: int, taps: tuple
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=pair.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=pair.device)
     eos = sorted(pair.eos)
-    with tapping(model, taps) as calls:
+    with tapping(model, taps, lambda t: t.to("cpu", torch.float16)) as calls:  # each step's, off the device at once
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, min_new_tokens=1,
                              do_sample=False, eos_token_id=eos or None, pad_token_id=eos[0] if eos else pad)
-    calls = [c.to("cpu", torch.float16) for c in calls]
     generated = out[:, width:].tolist()
     steps = torch.cat(calls[1:], dim=1) if len(calls) > 1 else calls[0][:, :0]  # [B, n-1, H]
     if calls[0].shape[1] != width or steps.shape[1] != len(generated[0]) - 1:
@@ -99,9 +98,9 @@ def retap(pair, seqs: list[Sequence], taps: tuple[int, ...], rows: int = 8) -> N
         group = seqs[i:i + rows]
         width = max(len(q.ids) for q in group)
         ids = torch.tensor([q.ids + [0] * (width - len(q.ids)) for q in group], device=pair.device)
-        with tapping(pair.target.model, taps) as calls:
+        with tapping(pair.target.model, taps, lambda t: t.to("cpu", torch.float16)) as calls:
             decoder(input_ids=ids, use_cache=False)
-        for q, row in zip(group, calls[-1].to("cpu", torch.float16)):
+        for q, row in zip(group, calls[-1]):
             q.features = row[:len(q.ids)].clone()
 
 
