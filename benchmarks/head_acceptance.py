@@ -33,6 +33,23 @@ def sliced(seqs: list[traindata.Sequence], have: tuple[int, ...], want: tuple[in
             for q in seqs]
 
 
+def free_text(pair, tokens: int, taps: tuple[int, ...]) -> list[traindata.Sequence]:
+    """The target's greedy continuations of the suite's free-text prompts, with its hidden states
+    at `taps`, held out (what `acceptance` measures on)."""
+    prompts = [p for p in SUITE if p.category in CATEGORIES]
+    with torch.inference_mode():
+        seqs = traindata.continuations(pair, [pair.tokenizer.encode(p.text, chat=pair.chat) for p in prompts], tokens, taps)
+    for q in seqs:
+        q.heldout = True
+    return seqs
+
+
+def acceptance(pair, block, vocab_ids: torch.Tensor, seqs: list[traindata.Sequence]) -> list[float]:
+    """α by draft position 1..4 of `block` with the head over `vocab_ids`, on `seqs` (at its taps)."""
+    head = pair.target.model.get_output_embeddings().weight.detach()[vocab_ids].float()
+    return distill.acceptance(block.float(), head, traindata.Batcher(pair, seqs, vocab_ids, 4), seqs, 4)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("weights", nargs="+")
@@ -42,17 +59,11 @@ def main() -> None:
     pair = load_pair(load_card(args.card))
     drafts = [(w, *features.load(Path(w), pair.target)) for w in args.weights]
     taps = tuple(dict.fromkeys(t for _, block, _, _ in drafts for t in block.cfg.taps))
-    prompts = [p for p in SUITE if p.category in CATEGORIES]
-    with torch.inference_mode():
-        seqs = traindata.continuations(pair, [pair.tokenizer.encode(p.text, chat=pair.chat) for p in prompts],
-                                       args.tokens, taps)
-    print(f"{len(prompts)} prompts ({', '.join(CATEGORIES)}), {sum(len(q.ids) - q.prompt_len for q in seqs)} "
+    seqs = free_text(pair, args.tokens, taps)
+    print(f"{len(seqs)} prompts ({', '.join(CATEGORIES)}), {sum(len(q.ids) - q.prompt_len for q in seqs)} "
           f"answer tokens, target {pair.card.target} ({pair.dtype_name})")
-    head = pair.target.model.get_output_embeddings().weight.detach()
     for name, block, vocab_ids, meta in drafts:
-        mine = sliced(seqs, taps, tuple(block.cfg.taps), block.cfg.hidden)
-        batcher = traindata.Batcher(pair, mine, vocab_ids, 4)
-        alpha = distill.acceptance(block.float(), head[vocab_ids].float(), batcher, mine, 4)
+        alpha = acceptance(pair, block, vocab_ids, sliced(seqs, taps, tuple(block.cfg.taps), block.cfg.hidden))
         print(f"{name}: taps {list(block.cfg.taps)}, steps {meta.get('steps', '?')}: "
               f"α by position {' '.join(f'{a:.3f}' for a in alpha)}")
 

@@ -17,15 +17,12 @@ from pathlib import Path
 
 import torch
 
+from head_acceptance import acceptance, free_text
 from specdec_cli.cards.card import load_card, override
-from specdec_cli.cards.prompts import SUITE
 from specdec_cli.drafts import features_block as features
 from specdec_cli.drafts.features_draft import FeatureDraft
 from specdec_cli.loop.schedule import expected_tokens
 from specdec_cli.pair.loading import load_pair
-from specdec_cli.training import distill, traindata
-
-CATEGORIES = ("conversation", "qa", "translation", "code")
 
 
 def rows(ids: torch.Tensor, n: int) -> torch.Tensor:
@@ -40,13 +37,7 @@ def rows(ids: torch.Tensor, n: int) -> torch.Tensor:
 def main(weights: str, sizes: list[int]) -> None:
     pair = load_pair(override(load_card("smollm2"), dtype="float32"))
     block, ids, _ = features.load(Path(weights), pair.target)
-    prompts = [p for p in SUITE if p.category in CATEGORIES]
-    with torch.inference_mode():
-        seqs = traindata.continuations(pair, [pair.tokenizer.encode(p.text, chat=pair.chat) for p in prompts], 128,
-                                       tuple(block.cfg.taps))
-    for q in seqs:
-        q.heldout = True
-    head = pair.target.model.get_output_embeddings().weight.detach()
+    seqs = free_text(pair, 128, tuple(block.cfg.taps))
     context = seqs[0].ids
     drafts = {n: FeatureDraft(pair.target, block, rows(ids, n)) for n in sizes}
     times = {n: [] for n in sizes}
@@ -54,7 +45,7 @@ def main(weights: str, sizes: list[int]) -> None:
         for n in sizes:
             times[n].append(drafts[n].step_seconds(context))
     for n in sizes:
-        alpha = distill.acceptance(block, head[rows(ids, n)].float(), traindata.Batcher(pair, seqs, rows(ids, n), 4), seqs, 4)
+        alpha = acceptance(pair, block, rows(ids, n), seqs)
         print(f"{n} rows: α by position {' '.join(f'{a:.3f}' for a in alpha)}, expected tokens per round at k = 4 "
               f"{expected_tokens(alpha):.3f}, draft step {1000 * statistics.median(times[n]):.2f} ms (median of 5)")
 

@@ -56,6 +56,11 @@ def order_prompts(prompts: list[Prompt], seed: int) -> list[Prompt]:
     return ordered
 
 
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    """Hidden states as the data keeps them: on the host, in float16."""
+    return t.to("cpu", torch.float16)
+
+
 @torch.no_grad()
 def continuations(pair, batch: list[list[int]], max_new_tokens: int, taps: tuple[int, ...] = ONLY_FINAL) -> list[Sequence]:
     """The target's greedy continuations of a batch of prompt ids (left-padded `generate`), with
@@ -71,7 +76,7 @@ def continuations(pair, batch: list[list[int]], max_new_tokens: int, taps: tuple
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=pair.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=pair.device)
     eos = sorted(pair.eos)
-    with tapping(model, taps, lambda t: t.to("cpu", torch.float16)) as calls:  # each step's, off the device at once
+    with tapping(model, taps, _to_host) as calls:  # each step's, off the device at once
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, min_new_tokens=1,
                              do_sample=False, eos_token_id=eos or None, pad_token_id=eos[0] if eos else pad)
     generated = out[:, width:].tolist()
@@ -98,7 +103,7 @@ def retap(pair, seqs: list[Sequence], taps: tuple[int, ...], rows: int = 8) -> N
         group = seqs[i:i + rows]
         width = max(len(q.ids) for q in group)
         ids = torch.tensor([q.ids + [0] * (width - len(q.ids)) for q in group], device=pair.device)
-        with tapping(pair.target.model, taps, lambda t: t.to("cpu", torch.float16)) as calls:
+        with tapping(pair.target.model, taps, _to_host) as calls:
             decoder(input_ids=ids, use_cache=False)
         for q, row in zip(group, calls[-1]):
             q.features = row[:len(q.ids)].clone()
