@@ -1,4 +1,4 @@
-"""decoding.compile: pinned decode forwards through torch.compile (kernels.compiled).
+"""decoding.compile: the decode forwards (the decoder's) through torch.compile (kernels.compiled).
 
 Real compiles on a tiny float32 Llama: pinned (greedy and speculative logits bitwise equal,
 and both equal to transformers' own greedy `generate` on the eager model, an independent
@@ -30,14 +30,14 @@ def tiny_card(write_card, **decoding):
 
 
 def recording(monkeypatch) -> list:
-    """Stand in for the compiled model (kernels.compiled, which HFLM.configure calls when the
-    pair loads): the eager one, recording each call's [rows, width] and KV capacity."""
+    """Stand in for the compiled forward (kernels.compiled, which HFLM.configure calls with the
+    decoder's when the pair loads): the eager one, recording each call's [rows, width] and KV capacity."""
     seen = []
 
-    def compile_(model):
-        def compiled(input_ids, cache, **kwargs):
-            seen.append((*input_ids.shape, cache.layers[0].keys.shape[2]))
-            return model(input_ids=input_ids, cache=cache, **kwargs)
+    def compile_(decoder):
+        def compiled(ids, keys, *args):
+            seen.append((*ids.shape, keys[0].shape[2]))
+            return decoder(ids, keys, *args)
         return compiled
 
     monkeypatch.setattr(kernels, "compiled", compile_)
@@ -74,9 +74,15 @@ def test_compiled_pinned_runs_equal_transformers_greedy_and_each_other_bitwise(r
 
 
 def test_compiled_free_shapes_equal_greedy(run, write_card, one_thread):
-    """Free shapes, compiled: a graph per width 1..k+1 over a fixed KV capacity (float32 default)."""
+    """Free shapes, compiled over a fixed KV capacity (float32 default): two graphs, the plain
+    step's width 1 and one over every width 2..k+1 (traced once, not once per width)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
     r = run("generate", "-c", tiny_card(write_card, compile=True), "-m", "both", "--json", "ab cd ab cd ab")
     assert r.exit_code == 0, r.stderr
+    assert counters["stats"]["unique_graphs"] - before == 2
     out = parse_json_lines(r.stdout)[0]
     assert out["shapes"] == "free" and out["forward_policy"]["compile"] and out["identical"]
 
@@ -171,7 +177,7 @@ def test_compiled_free_shapes_warm_every_width_before_the_clock(write_card, monk
 
 
 def test_a_compiled_bench_names_the_width_1_greedy_it_beat_or_lost_to(run, write_card, one_thread, monkeypatch):
-    monkeypatch.setattr(kernels, "compiled", lambda model: lambda **kwargs: model(**kwargs))  # eager stand-in
+    monkeypatch.setattr(kernels, "compiled", lambda decoder: decoder)  # eager stand-in
     r = run("bench", "-c", tiny_card(write_card, compile=True, shapes="pinned"), "--prompts-file", "-", "--repeats", "1", "--json",
             input='{"id": "a", "prompt": "ab cd ef"}\n')
     assert r.exit_code == 0, r.stderr
@@ -237,7 +243,7 @@ def test_compile_needs_a_target_specdecs_cache_holds(run):
 def test_a_compiled_batch_times_its_rectangles_at_a_fixed_capacity(run, write_card, one_thread, monkeypatch):
     """--batch with the cost schedule times [rows, n] through the loop's cache: under compile it
     needs the fixed capacity every compiled forward has (it crashed without one)."""
-    monkeypatch.setattr(kernels, "compiled", lambda model: lambda **kwargs: model(**kwargs))  # eager stand-in
+    monkeypatch.setattr(kernels, "compiled", lambda decoder: decoder)  # eager stand-in
     card = write_card({"description": "t", "target": f"random:{LLAMA}", "device": "cpu",
                        "draft": {"kind": "prompt-lookup"}, "decoding": {"k": 3, "max_tokens": 12, "compile": True}})
     r = run("generate", "-c", card, "--batch", "2", "--json", "--prompts-file", "-",

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from specdec_cli.engine import decoder as decoder_module
+from specdec_cli.engine import decoder as decoder_module, kernels
 from specdec_cli.engine.kvcache import KVCache
 from specdec_cli.engine.models import HFLM
 from specdec_cli.engine.taps import FINAL
@@ -88,12 +88,20 @@ def test_other_models_keep_transformers_forward(model_type, extra, why):
     assert why in decoder_module.unsupported(lm.model) and lm.decoder is None
 
 
-def test_eager_attention_torch_s_dynamic_int8_and_a_compiled_target_keep_transformers_forward():
+def test_eager_attention_and_torch_s_dynamic_int8_keep_transformers_forward():
     assert "attention 'eager'" in decoder_module.unsupported(tiny("llama", attention="eager").model)
     lm = tiny("llama")
     torch.ao.quantization.quantize_dynamic(lm.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)  # torch's own
     assert "quantized" in decoder_module.unsupported(lm.model) and lm.decoder is None
+
+
+def test_a_compiled_target_compiles_the_decoder_where_it_runs_else_transformers_forward(monkeypatch):
+    given = []
+    monkeypatch.setattr(kernels, "compiled", lambda forward: given.append(forward) or ("compiled", forward))
     lm = tiny("llama")
-    assert lm.decoder is not None
+    eager = lm.decoder
     lm.configure("free", compile=True)
-    assert lm.decoder is None
+    assert given == [eager] and lm.decoder == ("compiled", eager) and lm.compiled
+    lm = tiny("llama", attention="eager")
+    lm.configure("free", compile=True)
+    assert given[-1] is lm.model and lm.decoder is None and lm.compiled

@@ -8,7 +8,8 @@ modules for the norms' weights, the linear layers, so the matmul forms of kernel
 and the rotary table), so its logits are bitwise transformers' (tests/test_decoder.py); it takes
 the mask, positions and write columns KVCache made for the forward, and attends with the same
 grouped sdpa (attention.py). Anything else (another architecture, a GPU, eager attention,
-sliding-window layers, a compiled target) keeps transformers' forward: `unsupported` says why.
+sliding-window layers) keeps transformers' forward: `unsupported` says why. Under
+decoding.compile it is this forward that is compiled (kernels.compiled).
 """
 
 from __future__ import annotations

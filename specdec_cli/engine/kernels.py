@@ -212,16 +212,17 @@ class ForwardPolicy:
                 **({"padded": {str(n): w for n, w in sorted(self.padded.items())}} if self.padded else {})}
 
 
-def compiled(model: torch.nn.Module) -> torch.nn.Module:
-    """`model` through torch.compile for the loop's decode forwards: static shapes (a graph per
-    forward shape [rows, n] and KV capacity, kvcache.py), the weights read from the eager model's
-    own parameters (one copy). Not frozen: inductor's on-disk caches (FX graphs, AOT autograd;
-    keyed by graph, shapes, dtype and torch version) then serve every later process from
-    specdec's cache (compile_cache), so a shape compiles once per machine. Frozen graphs bypass
-    those caches and compiled again in every process (SmolLM2's widths 1..5: 194-200 s, against
-    28-36 s cached), for steps alike within the noise (docs/kernels.md)."""
+def compiled(forward: Callable) -> Callable:
+    """`forward` (decoder.Decoder where it runs, else the transformers model) through torch.compile
+    for the loop's decode forwards over a fixed-capacity KV buffer (kvcache.py). Sizes are static
+    until a second size is met (dynamo's automatic dynamic): the plain step's width 1 keeps a graph
+    of its own and the first wider forward compiles one graph over every width 2..k+1, where a
+    graph per width traced each of them again in every process. The weights are read from the
+    eager model's own parameters (one copy), not frozen: inductor's on-disk caches (FX graphs, AOT
+    autograd; keyed by graph, shapes, dtype and torch version) then serve every later process from
+    specdec's cache (compile_cache), so a graph compiles once per machine (docs/kernels.md)."""
     compile_cache()
-    return torch.compile(model, dynamic=False)
+    return torch.compile(forward, dynamic=None)
 
 
 OURS: set[Path] = set()  # the places compile_cache has set

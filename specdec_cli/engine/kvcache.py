@@ -140,7 +140,7 @@ class KVCache:
         self.lm, self.columns, self.lengths, self.fed = lm, 0, [], 0
         self.decoder = decoder  # False: transformers' own forward even where lm.decoder runs (to compare them)
         self.width, self.rows = width, rows  # pinned: every forward [rows, width] over `capacity` columns
-        # fixed: every forward over all `capacity` columns (pinned, or a compiled target: a static shape per width)
+        # fixed: every forward over all `capacity` columns (pinned, or a compiled target: one capacity per graph)
         self.fixed = width is not None or lm.compiled
         problem = unsupported(lm)
         if problem:
