@@ -66,6 +66,7 @@ def test_the_decoder_gives_transformers_outputs_bitwise(model_type, dtype, width
 def test_the_decoder_computes_in_the_matmul_form_the_policy_chose(forms, one_thread):
     """The form is asked once per forward (kernels.form_of), as each SwitchedLinear would ask."""
     lm = tiny("llama")
+    assert lm.decoder is not None  # built before the layers are switched: configure builds it again
     lm.configure("free", "measure")
     lm.forms.use([1, 2, 3, 4], []) if forms == "weight_major" else lm.forms.use([], [1, 2, 3, 4])
     assert same(forwards(lm, True, None, 1, True), forwards(lm, False, None, 1, True))

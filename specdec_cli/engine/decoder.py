@@ -5,7 +5,7 @@ transformers' forward spends a third of a SmolLM2 step on a CPU outside the matm
 mask building, keyword plumbing, output records, a registry lookup per layer. `Decoder` runs the
 same torch ops in the same order as `LlamaForCausalLM` / `Qwen2ForCausalLM` (the model's own
 modules for the norms' weights, the linear layers, so the matmul forms of kernels.py still apply,
-and the rotary table), so its logits are bitwise transformers' (tests/test_decoder.py); it takes
+and the rotary table; looked up once, so HFLM builds it again after any module surgery), so its logits are bitwise transformers' (tests/test_decoder.py); it takes
 the mask, positions and write columns KVCache made for the forward, and attends with the same
 grouped sdpa (attention.py). Anything else (another architecture, a GPU, eager attention,
 sliding-window layers) keeps transformers' forward: `unsupported` says why. Under
@@ -13,6 +13,8 @@ decoding.compile it is this forward that is compiled (kernels.compiled).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -66,14 +68,38 @@ def _mm(linear, layer, x: torch.Tensor) -> torch.Tensor:
     return layer.forward(x) if type(layer) in (RowInt8Linear, RowInt8Part) else linear(layer, x)
 
 
-def _mms(linear, layers, x: torch.Tensor) -> list[torch.Tensor]:
-    """x through each of `layers`: one int8 matmul where they are the parts of one RowInt8Fused
-    (quantize.FUSED), else one call each."""
+def _group(layers: tuple) -> tuple | RowInt8Fused:
+    """`layers` computed together: their RowInt8Fused where they are its parts, in order
+    (quantize.FUSED: one int8 matmul), else the layers, one call each."""
     fused = getattr(layers[0], "fused", None)
     if fused is not None and len(layers) == len(fused.sizes) and all(
             type(m) is RowInt8Part and m.fused is fused and m.i == i for i, m in enumerate(layers)):
-        return fused.split(x)
-    return [_mm(linear, m, x) for m in layers]
+        return fused
+    return layers
+
+
+def _mms(linear, group: tuple | RowInt8Fused, x: torch.Tensor) -> list[torch.Tensor]:
+    """x through each layer of a `_group`."""
+    return group.split(x) if type(group) is RowInt8Fused else [_mm(linear, m, x) for m in group]
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One decoder layer's parts, looked up once (a step would otherwise walk nn.Module
+    attributes some 14 times a layer, about 1 ms of a SmolLM2 step)."""
+
+    norm_in: torch.Tensor  # input_layernorm's weight
+    qkv: tuple | RowInt8Fused  # q, k, v projections (_group)
+    o: torch.nn.Module
+    norm_post: torch.Tensor  # post_attention_layernorm's weight
+    gate_up: tuple | RowInt8Fused
+    down: torch.nn.Module
+
+    @classmethod
+    def of(cls, layer) -> _Layer:
+        a, mlp = layer.self_attn, layer.mlp
+        return cls(layer.input_layernorm.weight, _group((a.q_proj, a.k_proj, a.v_proj)), a.o_proj,
+                   layer.post_attention_layernorm.weight, _group((mlp.gate_proj, mlp.up_proj)), mlp.down_proj)
 
 
 class Decoder:
@@ -82,10 +108,10 @@ class Decoder:
     def __init__(self, model) -> None:
         self.model, body = model, model.model
         self.embed, self.rotary = body.embed_tokens, body.rotary_emb
-        self.layers = list(body.layers[: model.config.num_hidden_layers])
-        self.norm, self.eps = body.norm.weight, body.norm.variance_epsilon
-        first = self.layers[0].self_attn
-        self.head_dim, self.scaling = first.head_dim, first.scaling
+        self.layers = [_Layer.of(layer) for layer in body.layers[: model.config.num_hidden_layers]]
+        self.norm, self.eps, self.head = body.norm.weight, body.norm.variance_epsilon, model.lm_head
+        first = body.layers[0].self_attn
+        self.head_dim, self.scaling, self.groups = first.head_dim, first.scaling, first.num_key_value_groups
 
     def __call__(self, ids: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], at: torch.Tensor,
                  columns: int, visible: torch.Tensor, positions: torch.Tensor, detours: list[Detour] = (),
@@ -98,38 +124,36 @@ class Decoder:
         b, s = ids.shape
         x = self.embed(ids)
         rotary = _rotary(*(t.unsqueeze(1) for t in self.rotary(x, positions)))  # cos, sin [B, 1, S, D]
-        g = self.layers[0].self_attn.num_key_value_groups
+        g = self.groups
         # The mask grouped_attention makes once per forward, as sdpa turns a boolean one into scores
         # to add (0 or -inf) in every call: the same scores, made once.
         grouped = attention.grouped_mask(visible, g)
         mask = torch.zeros(grouped.shape, dtype=x.dtype).masked_fill_(~grouped, float("-inf"))
         at = at.expand(b, keys[0].shape[1], s, self.head_dim)
-        linear = kernels.form_of(self.model.lm_head.switch if isinstance(self.model.lm_head, kernels.SwitchedLinear)
+        linear = kernels.form_of(self.head.switch if isinstance(self.head, kernels.SwitchedLinear)
                                  else None, x)  # the forward's matmul form, as each SwitchedLinear would ask
         kept = {}
         for n, (layer, k_buffer, v_buffer) in enumerate(zip(self.layers, keys, values), 1):
-            h = self._attend(layer, linear, _norm(x, layer.input_layernorm.weight, self.eps), k_buffer[:b],
+            h = self._attend(layer, linear, _norm(x, layer.norm_in, self.eps), k_buffer[:b],
                              v_buffer[:b], at, columns, visible, mask, rotary, g, detours)
             x = x + h
-            h = _norm(x, layer.post_attention_layernorm.weight, self.eps)
-            mlp = layer.mlp
-            gate, up = _mms(linear, (mlp.gate_proj, mlp.up_proj), h)
+            h = _norm(x, layer.norm_post, self.eps)
+            gate, up = _mms(linear, layer.gate_up, h)
             gated = torch.nn.functional.silu(gate) * up
-            x = x + _mm(linear, mlp.down_proj, gated)
+            x = x + _mm(linear, layer.down, gated)
             if n in features:
                 kept[n] = x
         kept[FINAL] = hidden = _norm(x, self.norm, self.eps)
-        logits = _mm(linear, self.model.lm_head, hidden)  # looked up here: kernels.install swaps the linear layers
+        logits = _mm(linear, self.head, hidden)
         if not features:
             return logits
         return logits, torch.cat([kept[t] for t in features], dim=-1) if len(features) > 1 else kept[features[0]]
 
     def _attend(self, layer, linear, h, k_buffer, v_buffer, at, columns, visible, mask, rotary, g, detours):
         """LlamaAttention.forward with KVLayer.update and grouped_attention's sdpa inlined."""
-        a = layer.self_attn
         b, s, _ = h.shape
         shape = (b, s, -1, self.head_dim)
-        q, k, v = (y.view(shape).transpose(1, 2) for y in _mms(linear, (a.q_proj, a.k_proj, a.v_proj), h))
+        q, k, v = (y.view(shape).transpose(1, 2) for y in _mms(linear, layer.qkv, h))
         cos, sin, half = rotary
         q, k = q * cos + q.roll(half, -1) * sin, k * cos + k.roll(half, -1) * sin
         k_buffer.scatter_(2, at, k)
@@ -138,4 +162,4 @@ class Decoder:
         out = attention.grouped_sdpa(q, key, value, mask, g, 0.0, self.scaling)  # [B, H, S, D]
         if detours:
             out = attention.detoured(out, q, key, value, visible, g, 0.0, self.scaling, detours)
-        return _mm(linear, a.o_proj, out.transpose(1, 2).contiguous().reshape(b, s, -1).contiguous())
+        return _mm(linear, layer.o, out.transpose(1, 2).contiguous().reshape(b, s, -1).contiguous())

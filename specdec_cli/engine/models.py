@@ -204,6 +204,7 @@ class HFLM:
             self._compiling = on_compile or _quietly
         elif matmuls != "off":
             switch = kernels.install(self.model, matmuls)  # F.linear until the cost profile chooses (packed: now)
+            self._decoder = False  # built again over the switched layers (it holds its layers' modules)
         self._policy = kernels.ForwardPolicy(shapes, matmuls if switch is not None else "off", switch, compile)
         return self._policy
 
