@@ -7,7 +7,8 @@ how many target steps the same output costs. `Scheduled` wraps any draft with on
                miss, kept within 1..k
     cost       d = argmax_d E[d] / (d·c + v(d+1)) with the measured cost profile (costs.py) and
                per-position acceptance learned online (Leviathan et al. 2023's expected length,
-               with per-position rates instead of one)
+               with per-position rates instead of one); for a token tree of d nodes, E[d] from
+               acceptance learned by depth and rank (ranks.py)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Callable
 import torch
 
 from specdec_cli.engine.trees import depths
+from specdec_cli.loop.ranks import Ranks
 
 
 class Fixed:
@@ -27,13 +29,13 @@ class Fixed:
     def begin(self) -> None:
         pass
 
-    def length(self, key: int, k: int, context: int) -> int:
+    def length(self, key: int, k: int, context: int, tree: bool = False) -> int:
         return k
 
     def observe_verify(self, width: int, seconds: float, context: int) -> None:
         pass  # only the cost schedule learns what verifies cost
 
-    def observe(self, key: int, drafted: int, accepted: int) -> None:
+    def observe(self, key: int, drafted: int, accepted: int, tree: tuple | None = None) -> None:
         pass
 
 
@@ -50,7 +52,7 @@ class Heuristic:
     def begin(self) -> None:
         self.limit, self.cap = self.start, 1
 
-    def length(self, key: int, k: int, context: int) -> int:
+    def length(self, key: int, k: int, context: int, tree: bool = False) -> int:
         self.cap = max(self.cap, k)  # the request's k (rounds near max_tokens ask for less)
         self.limit = min(self.limit, self.cap)
         return min(k, self.limit)
@@ -58,7 +60,7 @@ class Heuristic:
     def observe_verify(self, width: int, seconds: float, context: int) -> None:
         pass  # only the cost schedule learns what verifies cost
 
-    def observe(self, key: int, drafted: int, accepted: int) -> None:
+    def observe(self, key: int, drafted: int, accepted: int, tree: tuple | None = None) -> None:
         self.limit = min(self.limit + 2, self.cap) if accepted == drafted else max(1, self.limit - 1)
 
 
@@ -123,6 +125,17 @@ def best_length(alphas: list[float], k: int, c: float, v: Callable[[int], float]
     return best, best_gain
 
 
+def best_tree(ranks: Ranks, k: int, c: float, v: Callable[[int], float]) -> tuple[int, float]:
+    """(d, gain) as best_length, for a token tree of d nodes: gain(d) = ranks.expected(d) /
+    (d·c + v(d+1)), the best tree of d nodes under the acceptance learned by depth and rank."""
+    best, best_gain = 0, 1.0 / v(1)
+    for d in range(1, k + 1):
+        gain = ranks.expected(d) / (d * c + v(d + 1))
+        if gain > best_gain * (1 + 1e-9):
+            best, best_gain = d, gain
+    return best, best_gain
+
+
 def batch_length(outlooks: list[list[float]], c: float, v: Callable[[int], float]) -> int:
     """A batch's d: the target verifies one rectangle [B, d+1], so each row proposes up to d and
     the round is worth Σ_i E_i[min(d, k_i)] tokens for Σ_i min(d, k_i)·c + v_B(d+1) batch steps
@@ -169,6 +182,7 @@ class Cost:
         self._profile, self.draft_label, self.prior, self.explore = profile, draft_label, prior, explore
         self.pinned = pinned  # pinned shapes: every round is a [1, k+1] forward, so v(d+1) = v(k+1) for every d
         self.table: dict[int, Acceptance] = {}
+        self.trees: dict[int, Ranks] = {}  # per context key: acceptance by depth and rank in trees
         self.seen: dict[int, deque] = {}  # width -> its last verify times relative to the profile's step (kept across requests)
 
     def observe_verify(self, width: int, seconds: float, context: int) -> None:
@@ -191,7 +205,7 @@ class Cost:
         return loop if abs(loop - model) > self.OFF_BY * model else model
 
     def begin(self) -> None:
-        self.table = {}  # per request: acceptance depends on the prompt
+        self.table, self.trees = {}, {}  # per request: acceptance depends on the prompt
         self.probes = Probes()
         self.probe_price = None  # a probe round's cost in target steps, until its outcome is seen
         self.opened = False  # the request's first round has been decided
@@ -201,13 +215,20 @@ class Cost:
             self.table[key] = Acceptance(self.prior(key))
         return self.table[key]
 
-    def length(self, key: int, k: int, context: int) -> int:
+    def ranks(self, key: int) -> Ranks:
+        if key not in self.trees:
+            self.trees[key] = Ranks(self.prior(key))
+        return self.trees[key]
+
+    def length(self, key: int, k: int, context: int, tree: bool = False) -> int:
+        """d for the next round; `tree`: the round proposes a token tree of d nodes, priced by
+        what the best tree of d nodes is worth under this key's acceptance by depth and rank."""
         self.probe_price = None  # a probe that proposed nothing taught nothing
         if k == 0:
             return 0
         profile = self._profile(k + 1)  # v(1..k+1), measured once per machine (cached)
         c, v = profile.c(self.draft_label), (lambda n: self.v(profile, k + 1 if self.pinned else n, context))
-        d = best_length(self.acceptance(key).alphas(k), k, c, v)[0]
+        d = (best_tree(self.ranks(key), k, c, v) if tree else best_length(self.acceptance(key).alphas(k), k, c, v))[0]
         opening, self.opened = not self.opened, True
         if not self.explore or not (self.probes.due(d) or opening):
             return d
@@ -217,9 +238,12 @@ class Cost:
         self.probe_price = probe * c + v(probe + 1)
         return probe
 
-    def observe(self, key: int, drafted: int, accepted: int) -> None:
+    def observe(self, key: int, drafted: int, accepted: int, tree: tuple | None = None) -> None:
+        """A round's outcome; `tree`: (parents, proposed tokens, kept tokens) of a tree round."""
         if drafted:
             self.acceptance(key).observe(drafted, accepted)
+        if tree is not None:
+            self.ranks(key).observe(*tree)
         if self.probe_price is not None:
             self.probes.outcome(accepted + 1 >= self.probe_price)
             self.probe_price = None
@@ -298,10 +322,11 @@ class Scheduled:
             return None
         return self.schedule.acceptance(self._key(tokens, k)).alphas(k) if k else []
 
-    def _length(self, tokens: list[int], k: int) -> int:
+    def _length(self, tokens: list[int], k: int, tree: bool = False) -> int:
         key = self._key(tokens, k)
+        self.tree = None  # a tree round's (parents, proposed tokens), for the schedule to learn from
         if self.decided is None:
-            d = self.schedule.length(key, k, len(tokens))
+            d = self.schedule.length(key, k, len(tokens), tree)
         else:  # a batch chose the round's length for every row (decided for the batch's costs)
             d, self.decided = min(self.decided, k), None
         peek = self.draft.lookup(tokens, 1) if d == 0 and k and key and self.free else None
@@ -319,11 +344,12 @@ class Scheduled:
     def propose_tree(self, tokens: list[int], k: int) -> tuple[torch.Tensor, tuple[int, ...]]:
         """A tree of at most the schedule's d tokens. The schedule learns from its depth, the
         longest path it could have kept (its acceptance is by position along a path)."""
-        d = self._length(tokens, k)
+        d = self._length(tokens, k, tree=True)
         proposal, parents = self.draft.propose_tree(tokens, d)
         if d and not proposal.shape[0] and self.fills:
             proposal, parents = self.draft.filler(tokens), (0,)
         self.drafted = max(depths(parents))
+        self.tree = (parents, proposal)
         return proposal, parents
 
     @property
@@ -346,7 +372,8 @@ class Scheduled:
                features: torch.Tensor | None = None) -> None:
         key, base, peek = self.round
         if self.drafted:  # a round with no proposal says nothing about the draft...
-            self.schedule.observe(key, self.drafted, accepted)
+            tree = None if self.tree is None else (self.tree[0], self.tree[1].tolist(), tokens[base : base + accepted])
+            self.schedule.observe(key, self.drafted, accepted, tree)
         elif peek:  # ...unless we peeked: would its first token have been the target's?
             self.schedule.observe(key, 1, int(peek[0] == tokens[base]))
         self.draft.update(tokens, accepted, new, features)
