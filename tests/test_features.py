@@ -163,7 +163,7 @@ def test_a_file_without_taps_reads_the_final_hidden_state_alone(trained, tmp_pat
     old = tmp_path / "old.safetensors"  # as the files written before taps were
     save_file(load_file(str(outcome.weights)), str(old), metadata={**meta, "config": json.dumps(config)})
     block, _, _ = features.load(old, pair.target)
-    assert block.cfg.taps == (FINAL,) and not hasattr(block, "fuse")
+    assert block.cfg.taps == (FINAL,) and block.fuse is None
     bad = tmp_path / "bad.safetensors"
     save_file(load_file(str(outcome.weights)), str(bad), metadata={**meta, "config": json.dumps({**config, "taps": [9, -1]})})
     with pytest.raises(SpecdecError, match=r"metadata 'config': tap 9 is not a layer count in 1\.\.4 or -1"):

@@ -56,6 +56,11 @@ class BlockConfig:
     rope_theta: float = 10000.0
     taps: tuple[int, ...] = ONLY_FINAL  # the target's hidden states it reads (engine/taps.py)
 
+    @property
+    def fused(self) -> bool:
+        """Whether it reads more than the final hidden state (then `fuse` maps the taps to one)."""
+        return tuple(self.taps) != ONLY_FINAL
+
 
 # ---------------------------------------------------------------------------- the block
 def _rope(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,8 +85,7 @@ class FeatureBlock(nn.Module):
         H, self.cfg = cfg.hidden, cfg
         if H % cfg.heads or (H // cfg.heads) % 2:
             raise ValueError(f"hidden {H} must split into {cfg.heads} heads of even size")
-        if tuple(cfg.taps) != ONLY_FINAL:
-            self.fuse = nn.Linear(len(cfg.taps) * H, H, bias=False)
+        self.fuse = nn.Linear(len(cfg.taps) * H, H, bias=False) if cfg.fused else None
         self.fc = nn.Linear(2 * H, H, bias=False)
         self.attn_norm = nn.RMSNorm(H, eps=1e-6)
         self.qkv = nn.Linear(H, 3 * H, bias=False)
@@ -92,7 +96,7 @@ class FeatureBlock(nn.Module):
 
     def lift(self, features: torch.Tensor) -> torch.Tensor:
         """The target's features at true positions [..., T * H] -> the block's [..., H]."""
-        return self.fuse(features) if tuple(self.cfg.taps) != ONLY_FINAL else features
+        return features if self.fuse is None else self.fuse(features)
 
     def final(self, features: torch.Tensor) -> torch.Tensor:
         """The final hidden state f [..., H] among the taps [..., T * H] (training reads it)."""

@@ -119,7 +119,7 @@ def warm_start(block: features.FeatureBlock, batcher: Batcher, seqs: list[Sequen
         xty += x.T @ feats[:, 1:][valid].double()
     xtx += ridge * torch.eye(2 * H, dtype=torch.float64, device=xtx.device)
     with torch.no_grad():
-        if hasattr(block, "fuse"):
+        if block.fuse is not None:
             block.fuse.weight.zero_()
             block.final(block.fuse.weight).copy_(torch.eye(H))
         block.fc.weight.copy_(torch.linalg.solve(xtx, xty).T.float())
