@@ -5,11 +5,12 @@ transformers' forward spends a third of a SmolLM2 step on a CPU outside the matm
 mask building, keyword plumbing, output records, a registry lookup per layer. `Decoder` runs the
 same torch ops in the same order as `LlamaForCausalLM` / `Qwen2ForCausalLM` (the model's own
 modules for the norms' weights, the linear layers, so the matmul forms of kernels.py still apply,
-and the rotary table; looked up once, so HFLM builds it again after any module surgery), so its logits are bitwise transformers' (tests/test_decoder.py); it takes
-the mask, positions and write columns KVCache made for the forward, and attends with the same
-grouped sdpa (attention.py). Anything else (another architecture, a GPU, eager attention,
-sliding-window layers) keeps transformers' forward: `unsupported` says why. Under
-decoding.compile it is this forward that is compiled (kernels.compiled).
+and the rotary table; looked up once, so HFLM builds it again after any module surgery), so its
+logits are bitwise transformers' (tests/test_decoder.py); it takes the mask, positions and write
+columns KVCache made for the forward, and attends with the same grouped sdpa (attention.py).
+Anything else (another architecture, a GPU, eager attention, sliding-window layers) keeps
+transformers' forward: `unsupported` says why. Under decoding.compile it is this forward that is
+compiled (kernels.compiled).
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ class HFLM:
         context entered around each shape's compile (rows, W, capacity), for a caller to show it.
         packed frees the plain weights (kernels.WeightMajor.pack_all): check can_pack first."""
         switch = None
-        if compile:  # the decoder's forward where it runs (a smaller graph, traced in a third of the time), else the model's
+        if compile:  # the decoder's forward where it runs (less to trace than transformers'), else the model's
             self._compiled = kernels.compiled(self.decoder or self.model)
             self._compiling = on_compile or _quietly
         elif matmuls != "off":
@@ -268,8 +268,8 @@ class HFLM:
     def run(self, ids: torch.Tensor, cache, keep: int = 0, fixed: bool = False, features: tuple[int, ...] = (), **inputs):
         """ids [B, S] -> logits [B, S, V] through `cache` (`inputs`: the loop's own mask and
         positions, kvcache.py; `fixed`: a decode forward over a fixed-capacity KV buffer, a static
-        shape, run compiled when the compiled forward is the model's, not the decoder's). With `features` (taps), (logits, hidden states [B, S, T * H]).
-        A prefill (keep > 0) takes torch's own matmuls, as in generate."""
+        shape, run compiled when the compiled forward is the model's, not the decoder's). With
+        `features` (taps), (logits, hidden states [B, S, T * H]). A prefill (keep > 0) takes torch's own matmuls, as in generate."""
         switch = self._policy.switch
         if switch is not None and keep:
             switch.paused = True

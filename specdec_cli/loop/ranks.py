@@ -58,7 +58,8 @@ class Ranks:
         the kept path, a node taken only after its parent and its elder sibling (a chain is
         1 + α_1 + α_1·α_2 + … when every younger sibling's rate is 0)."""
         total, taken = 1.0, 0
-        frontier = [(-self.rate(1, 0), 1, 0, 1.0)]  # (-chance, depth, rank, chance its elder siblings all missed, x parent's)
+        # (-chance, depth, rank, base): base is the parent's chance times the chance every elder sibling missed
+        frontier = [(-self.rate(1, 0), 1, 0, 1.0)]
         while frontier and taken < d:
             negative, j, r, missed = heapq.heappop(frontier)
             chance = -negative

@@ -297,6 +297,7 @@ class Scheduled:
         self.needs_reference, self.free, self.reads_features = draft.needs_reference, draft.free, draft.reads_features
         self.trees = draft.trees
         self.decided = None  # the next round's length when a batch decided it (decide)
+        self.tree = None  # a tree round's (parents, proposed tokens) until update (propose_tree)
 
     @property
     def forwards(self) -> int:
@@ -342,8 +343,9 @@ class Scheduled:
         return proposal
 
     def propose_tree(self, tokens: list[int], k: int) -> tuple[torch.Tensor, tuple[int, ...]]:
-        """A tree of at most the schedule's d tokens. The schedule learns from its depth, the
-        longest path it could have kept (its acceptance is by position along a path)."""
+        """A tree of at most the schedule's d tokens, d priced as a tree (ranks.py). The schedule
+        learns from its depth, the longest path it could have kept (the chain's acceptance by
+        position), and from its shape, which ranks at which depths were kept (Ranks)."""
         d = self._length(tokens, k, tree=True)
         proposal, parents = self.draft.propose_tree(tokens, d)
         if d and not proposal.shape[0] and self.fills:
