@@ -275,3 +275,26 @@ def test_packed_refuses_a_target_it_cannot_pack(run, write_card):
     assert r.exit_code == 2
     assert r.stderr.strip() == (f"Error: {card}: decoding.matmuls: packed needs a float32 target and a torch with "
                                 "oneDNN (this target is bfloat16); use measure")
+
+
+def test_the_prepacked_form_is_timed_only_where_its_copy_fits_in_memory(monkeypatch, capsys):
+    """Timing the prepacked form packs a copy of every weight but the LM head's beside the plain
+    ones: where that copy does not fit in the memory available (with ROOM to spare), the form is
+    not tried, and a warning says why; where it fits, or the OS does not say, it is tried."""
+    from specdec_cli.engine import memory
+
+    lm = HFLM(noisy_twins(TINY_LLAMA, 0)[0].model)
+    lm.configure('free', 'measure')
+    head = lm.model.get_output_embeddings()
+    packed = sum(m.weight.numel() * 4 for m in lm.model.modules() if isinstance(m, torch.nn.Linear) and m is not head)
+    seen = []
+    monkeypatch.setattr(costs, "forward_seconds", lambda jobs, context, repeats=None: seen.extend(jobs) or [1.0] * len(jobs))
+    for free, timed in ((None, True), (int(kernels.ROOM * packed), True), (int(kernels.ROOM * packed) - 1, False)):
+        monkeypatch.setattr(memory, "available_bytes", lambda free=free: free)
+        seen.clear()
+        assert costs.choose_forms(lm, 2, [1, 2, 3]) == ([], [])
+        assert ("packed" in {form for _, _, form in seen}) == timed
+        err = capsys.readouterr().err
+        assert err == ("" if timed else "Warning: oneDNN's prepacked weights are not timed: a packed copy of the target's "
+                       f"weights ({packed / 1e9:.1f} GB) does not fit in the {free / 1e9:.1f} GB available\n"), err
+    assert lm.forms.packs == {} and not lm.forms.whole

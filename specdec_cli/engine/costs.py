@@ -167,7 +167,10 @@ def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], li
     every = list(range(1, widths + 1))
     if switch.whole or switch.mode in ("all", "packed"):
         return (every, []) if switch.mode == "all" else ([], every)
-    offered = FORMS if kernels.can_pack(target.model) else FORMS[:2]
+    cramped = kernels.can_pack(target.model) and kernels.no_room_to_pack(target.model)
+    if cramped:
+        _warn(f"oneDNN's prepacked weights are not timed: {cramped}")
+    offered = FORMS if kernels.can_pack(target.model) and not cramped else FORMS[:2]
     jobs = [(target, n, form) for n in every for form in offered]
     seconds = dict(zip([(n, form) for _, n, form in jobs], forward_seconds(jobs, context)))
     plain = {n: "weight_major" if seconds[n, "weight_major"] < 0.97 * seconds[n, "linear"] else "linear" for n in every}

@@ -16,6 +16,17 @@ def peak_rss_mb() -> float | None:
     return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
 
 
+def available_bytes() -> int | None:
+    """Memory the OS could give this process now without swapping (Linux's MemAvailable); None
+    where it does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            line = next((line for line in f if line.startswith("MemAvailable:")), None)
+    except OSError:
+        return None
+    return int(line.split()[1]) * 1024 if line else None
+
+
 def give_back() -> None:
     """Return freed heap memory to the OS now (glibc's malloc_trim; nothing elsewhere). Weights
     read from safetensors sit in glibc's heap; once freed (a draft's float layers quantized to
