@@ -167,10 +167,7 @@ def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], li
     every = list(range(1, widths + 1))
     if switch.whole or switch.mode in ("all", "packed"):
         return (every, []) if switch.mode == "all" else ([], every)
-    cramped = kernels.can_pack(target.model) and kernels.no_room_to_pack(target.model)
-    if cramped:
-        _warn(f"oneDNN's prepacked weights are not timed: {cramped}")
-    offered = FORMS if kernels.can_pack(target.model) and not cramped else FORMS[:2]
+    offered = FORMS if times_packed(target) else FORMS[:2]
     jobs = [(target, n, form) for n in every for form in offered]
     seconds = dict(zip([(n, form) for _, n, form in jobs], forward_seconds(jobs, context)))
     plain = {n: "weight_major" if seconds[n, "weight_major"] < 0.97 * seconds[n, "linear"] else "linear" for n in every}
@@ -178,6 +175,17 @@ def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], li
         return [], every
     switch.unpack()  # copies made while timing, not chosen
     return [n for n in every if plain[n] == "weight_major"], []
+
+
+def times_packed(target) -> bool:
+    """Whether the prepacked form is timed for `target`: it runs here and its copy of the weights
+    fits in the memory available (kernels.no_room_to_pack; a warning says so where it does not)."""
+    if not kernels.can_pack(target.model):
+        return False
+    cramped = kernels.no_room_to_pack(target.model)
+    if cramped:
+        _warn(f"oneDNN's prepacked weights are not timed: {cramped}")
+    return not cramped
 
 
 def packed_world(seconds: dict, plain: dict) -> bool:

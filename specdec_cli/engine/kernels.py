@@ -159,9 +159,9 @@ ROOM = 1.25  # timing the prepacked form needs this much free memory for each by
 
 def no_room_to_pack(model: torch.nn.Module) -> str | None:
     """Why the prepacked form cannot be timed here (None: it can): timing packs a copy of every
-    weight but the LM head's beside the plain ones, and a float32 Qwen2.5-Coder-1.5B went from 8.4
-    to 13.7 GB while it did; where that copy does not fit in the memory available, the form is not
-    tried (it would only be kept where it wins, and then as the one copy)."""
+    weight but the LM head's beside the plain ones (docs/kernels.md has the peak it made), so it is
+    not tried where that copy does not fit in the memory available, with ROOM to spare (where it
+    wins it is kept as the one copy)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     layers = {id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head}
     needed = sum(w.numel() * w.element_size() for w in layers.values())

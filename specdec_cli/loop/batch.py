@@ -18,7 +18,6 @@ from typing import Iterator
 import torch
 
 from specdec_cli.loop.decoding import GREEDY, NoDraft, Result, decode_rows
-from specdec_cli.engine import kernels
 from specdec_cli.engine.kvcache import cache_for, capacity_for
 from specdec_cli.loop.schedule import Cost, Probes, Scheduled, batch_length
 
@@ -78,7 +77,7 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
     (batch_costs then frees the plain weights). Under matmuls all every n >= 2 is W @ xᵀ, and once
     the weights are prepacked every n is, untimed. Returns (seconds per n, the n that take W @ xᵀ,
     the n that take the prepacked weights: every n or none)."""
-    from specdec_cli.engine.costs import _sync, packed_world
+    from specdec_cli.engine.costs import _sync, packed_world, times_packed
 
     switch = getattr(target, "forms", None)
     every = range(1, widths + 1)
@@ -89,7 +88,7 @@ def rectangle_seconds(target, rows: int, widths: int, context: list[int],
     elif switch.mode == "all":
         forms = {n: ("linear",) if n == 1 else ("weight_major",) for n in every}
     else:
-        packs = ("packed",) if target.can_pack() and not kernels.no_room_to_pack(target.model) else ()
+        packs = ("packed",) if times_packed(target) else ()
         forms = {n: ("linear", *packs) if n == 1 else FORMS[:2] + packs for n in every}
     cache = cache_for(target, rows=rows, capacity=capacity_for(target, len(context) + widths))  # compiled: fixed
     cache.warm(every)  # decoding.compile: each [rows, n] compiles before it is timed

@@ -374,7 +374,8 @@ class Scheduled:
                features: torch.Tensor | None = None) -> None:
         key, base, peek = self.round
         if self.drafted:  # a round with no proposal says nothing about the draft...
-            tree = None if self.tree is None else (self.tree[0], self.tree[1].tolist(), tokens[base : base + accepted])
+            learns = self.tree is not None and isinstance(self.schedule, Cost)  # only the cost schedule reads a tree's ranks
+            tree = (self.tree[0], self.tree[1].tolist(), tokens[base : base + accepted]) if learns else None
             self.schedule.observe(key, self.drafted, accepted, tree)
         elif peek:  # ...unless we peeked: would its first token have been the target's?
             self.schedule.observe(key, 1, int(peek[0] == tokens[base]))
