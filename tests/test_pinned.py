@@ -21,6 +21,7 @@ from specdec_cli.loop.decoding import NoDraft, decode_rows, greedy_decode, specu
 from specdec_cli.loop.tree import Proposal
 from specdec_cli.drafts import ModelDraft, OracleDraft
 from specdec_cli.errors import SpecdecError
+from specdec_cli.engine import kernels
 from specdec_cli.engine.models import HFLM
 from specdec_cli.pair.loading import forward_policy
 from specdec_cli.eval.verify import logit_rows
@@ -126,6 +127,27 @@ def test_verify_exactness_bitwise_in_bfloat16(run, write_card, one_thread):
     checks = parse_json_lines(batched.stdout)
     assert [(c["identical"], c["bitwise"]) for c in checks] == [(True, True)] * 3
     assert all(c["drafted"] > 0 and c["accepted"] > 0 for c in checks), checks
+
+
+@pytest.mark.skipif(not kernels.bf16_kernels(), reason="this CPU has no oneDNN bfloat16 kernels (AVX-512 BF16 or AMX)")
+def test_prepacked_bfloat16_stays_bitwise_under_pinned_shapes(run, write_card, one_thread):
+    """oneDNN's prepacked weights in bfloat16 (matmuls: packed, every forward in that form, the
+    plain weights freed): speculative == greedy bitwise, logits too, at batch 1 and 2."""
+    card = tiny_card(write_card, schedule="fixed", matmuls="packed")
+    r = run("verify-exactness", "-c", card, "--bitwise", "--json", "-k", "1,3", "ab cd", "x y z")
+    assert r.exit_code == 0, r.stderr
+    checks = parse_json_lines(r.stdout)
+    assert len(checks) == 4 and all(c["shapes"] == "pinned" and c["identical"] and c["bitwise"] for c in checks)
+    assert all(c["drafted"] > 0 and c["accepted"] > 0 for c in checks), checks
+    batched = run("verify-exactness", "-c", card, "--bitwise", "--json", "-k", "3", "--batch", "2",
+                  "ab cd", "x y z", "a much longer prompt than the others")
+    assert batched.exit_code == 0, batched.stderr
+    assert [(c["identical"], c["bitwise"]) for c in parse_json_lines(batched.stdout)] == [(True, True)] * 3
+    from specdec_cli.pair.loading import load_pair
+
+    pair = load_pair(load_card(str(card)))
+    assert pair.dtype == torch.bfloat16 and pair.target.forms.whole and pair.policy.form(1, 4) == "packed"
+    assert {p.dtype for p in pair.target.forms.packs.values()} == {torch.bfloat16}
 
 
 def test_shapes_default_and_json(run, write_card, one_thread):

@@ -34,7 +34,7 @@ DTYPE_CHOICES = ("auto", *DTYPE_NAMES)
 SCHEDULES = ("cost", "heuristic", "fixed")  # draft.schedule: how many of k to propose each round (schedule.py)
 SHAPES = ("auto", "pinned", "free")  # decoding.shapes: auto = pinned for bfloat16/float16 and on a GPU, else free
 QUANTIZE = ("none", "int8")  # quantize: the target's linear layers (engine/quantize.py)
-MATMULS = ("measure", "off", "all", "packed")  # decoding.matmuls: a CPU float32 target's matmul forms (kernels.py)
+MATMULS = ("measure", "off", "all", "packed")  # decoding.matmuls: a CPU target's matmul forms (kernels.py)
 MAX_K = 64  # beyond this a verify forward is mostly wasted work; almost surely a typo
 MAX_TOKENS = 1_000_000
 

@@ -29,7 +29,7 @@ from specdec_cli.engine.cost_profile import BUSY_SPREAD, CHECKED_STEP_S, CostPro
 from specdec_cli.engine.kvcache import KVCache, capacity_for
 from specdec_cli.files import cache_dir, write_text_atomic
 
-VERSION = 14  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too; 7: padded widths; 8: spread; 9: one world of forms, plain or packed; 10: a batch's world; 11: the decode forward without transformers' framework, decoder.py; 12: a draft's int8 layers are RowInt8Linear; 13: int8 q/k/v and gate/up fused, RowInt8Fused; 14: int8 layers through oneDNN)
+VERSION = 15  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too; 7: padded widths; 8: spread; 9: one world of forms, plain or packed; 10: a batch's world; 11: the decode forward without transformers' framework, decoder.py; 12: a draft's int8 layers are RowInt8Linear; 13: int8 q/k/v and gate/up fused, RowInt8Fused; 14: int8 layers through oneDNN; 15: bfloat16 times the prepacked form)
 PROBE_REPEATS = 5  # timed forwards per width; the median is kept (see forward_seconds)
 MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
 SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 3 tries per width

@@ -3,7 +3,8 @@
 `ForwardPolicy` is given to the target when the pair is loaded and shown in --json
 (`forward_policy`): `shapes` (pinned: every decode-phase forward [rows, W] over a fixed KV buffer,
 bitwise-exact in any dtype; free: [rows, d+1], the least work; kvcache.py) and `matmuls`, how a CPU
-float32 target's linear layers compute few-token products:
+target's linear layers compute few-token products (float32, or bfloat16 where oneDNN has bfloat16
+kernels on the CPU: can_pack):
     measure  the cost profile times each forward shape in every form and keeps the fastest world:
              the plain weights (F.linear or W @ xᵀ per width) or, where oneDNN's prepacked weights
              are faster across the widths, those for every forward and the plain ones freed; never
@@ -17,9 +18,10 @@ The LM head keeps its plain weight and never takes the prepacked form (a tied em
 features draft reads that weight: a packed copy would be a second one).
 The forms: F.linear (x @ Wᵀ), weight-major (W @ xᵀ)ᵀ, which streams the weights once, and
 oneDNN's prepacked weights (one of the packed forms torch.compile's CPU backend can run). Which wins
-depends on the machine, the shapes and the row count, so nothing is assumed (docs/kernels.md
-has the measurements and the commands that made them). Every prefill keeps F.linear. The forms'
-rows differ from F.linear's in the last bits: the fp32 rounding class verify-exactness covers.
+depends on the machine, the dtype, the shapes and the row count, so nothing is assumed
+(docs/kernels.md has the measurements and the commands that made them). Every prefill keeps
+F.linear but in the packed world (the plain weights are gone there). The forms' rows differ from F.linear's in the last bits: the rounding class
+verify-exactness covers in float32; pinned shapes keep bfloat16 bitwise, each forward one form.
 """
 
 from __future__ import annotations
@@ -144,14 +146,23 @@ class WeightMajor:
 
 
 def can_pack(model: torch.nn.Module) -> bool:
-    """oneDNN's prepacked linear runs here: a CPU float32 model, a torch with mkldnn."""
+    """oneDNN's prepacked linear runs here: a CPU model in float32, or in bfloat16 where this CPU
+    has oneDNN's bfloat16 kernels (AVX-512 BF16 or AMX: bf16_kernels), a torch with mkldnn."""
     try:
         ops = torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
     except (AttributeError, RuntimeError):
         return False
     weight = next((m.weight for m in model.modules() if type(m) in (torch.nn.Linear, SwitchedLinear)), None)
-    return (all(ops) and torch.backends.mkldnn.is_available() and weight is not None
-            and weight.device.type == "cpu" and weight.dtype == torch.float32)
+    return (all(ops) and torch.backends.mkldnn.is_available() and weight is not None and weight.device.type == "cpu"
+            and (weight.dtype == torch.float32 or weight.dtype == torch.bfloat16 and bf16_kernels()))
+
+
+def bf16_kernels() -> bool:
+    """Whether oneDNN has native bfloat16 kernels on this CPU (elsewhere it would emulate them)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 ROOM = 1.25  # timing the prepacked form needs this much free memory for each byte it packs
@@ -209,7 +220,7 @@ class ForwardPolicy:
     """What shape and matmul form each of the target's forwards takes (module doc)."""
 
     shapes: str  # pinned | free
-    matmuls: str  # measure | off | all | packed (a CPU float32 target's forms; "off" elsewhere)
+    matmuls: str  # measure | off | all | packed (a CPU target's forms; "off" elsewhere)
     switch: WeightMajor | None = None  # the forms chosen so far, per forward shape
     compiled: bool = False  # decoding.compile: the loop's decode forwards run the compiled model (compiled below)
     padded: dict[int, int] = field(default_factory=dict)  # free shapes, one row: n -> the cheaper wider width it runs at

@@ -194,7 +194,7 @@ class HFLM:
     def configure(self, shapes: str, matmuls: str = "off", compile: bool = False,
                   on_compile: Callable[[tuple], ContextManager] | None = None) -> kernels.ForwardPolicy:
         """Set how every later forward runs, once, when the pair is loaded: `shapes` (pinned or
-        free), `matmuls` (a CPU float32 target's forms: measure, all, packed; off = F.linear),
+        free), `matmuls` (a CPU target's forms: measure, all, packed; off = F.linear),
         `compile` (inductor for the decode forwards; it chooses the matmuls), `on_compile`: a
         context entered around each shape's compile (rows, W, capacity), for a caller to show it.
         packed frees the plain weights (kernels.WeightMajor.pack_all): check can_pack first."""

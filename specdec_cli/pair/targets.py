@@ -34,11 +34,12 @@ def forward_policy(card: Card, target, dtype: torch.dtype, on_compile=None) -> k
         shapes = "free"
     if not isinstance(target, HFLM):
         return kernels.ForwardPolicy(shapes, "off")
-    # the matmul forms are a CPU float32 target's; inductor chooses the compiled forward's
+    # the matmul forms are a CPU target's; inductor chooses the compiled forward's
     forms = card.matmuls if target.device.type == "cpu" and not card.device_map and not card.compile else "off"
     if forms == "packed" and not target.can_pack():  # every forward prepacked: the plain weights go (kernels.py)
-        raise SpecdecError(f"{card.path}: decoding.matmuls: packed needs a float32 target and a torch with "
-                           f"oneDNN (this target is {str(dtype).removeprefix('torch.')}); use measure")
+        raise SpecdecError(f"{card.path}: decoding.matmuls: packed needs a float32 target, or a bfloat16 one on a "
+                           f"CPU with oneDNN's bfloat16 kernels, and a torch with oneDNN (this target is "
+                           f"{str(dtype).removeprefix('torch.')}); use measure")
     return target.configure(shapes, forms, card.compile, on_compile)
 
 
