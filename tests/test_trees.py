@@ -372,7 +372,7 @@ def test_pinned_trees_on_smollm2_need_their_detours(smollm2_bf16, one_thread, mo
 
     texts = ["Explain what a hash table is.", "Write a haiku about autumn rain."]
     assert all(check(t) for t in texts)
-    monkeypatch.setattr("specdec_cli.engine.attention.detoured", lambda out, *args: out)
+    monkeypatch.setattr("specdec_cli.engine.attention.Detours.apply", lambda self, out, *args: out)
     assert not all(check(t) for t in texts)
 
 

@@ -52,19 +52,37 @@ def grouped_mask(mask: torch.Tensor, g: int) -> torch.Tensor:
     return mask.repeat(1, 1, g, 1)
 
 
-def detoured(out, query, key, value, mask, g, dropout, scaling, detours: list[Detour]) -> torch.Tensor:
-    """`out` with each detoured slot's rows recomputed over its chain layout (module doc)."""
-    rows = [t.row for t in detours]
-    keys, values = key[rows].clone(), value[rows].clone()  # [n, KV, width, D]: one copy per slot
-    for i, t in enumerate(detours):
-        keys[i, :, t.chain], values[i, :, t.chain] = key[t.row, :, t.path], value[t.row, :, t.path]
-    column = torch.arange(key.shape[2], device=key.device)
-    seen = torch.stack([column <= t.last for t in detours])[:, None, None, :].expand(-1, 1, mask.shape[2], -1)
-    again = grouped_sdpa(query[rows], keys, values, grouped_mask(seen, g), g, dropout, scaling)  # [n, H, S, D]
-    out = out.clone()
-    for i, t in enumerate(detours):
-        out[t.row, :, t.slot] = again[i, :, t.slot]
-    return out
+@dataclass(frozen=True)
+class Detours:
+    """One forward's detours, prepared once for all its layers (each layer's K/V differ, the
+    columns and masks do not): the rows and slots, the column of the row's K/V that each column of
+    a slot's chain layout reads, and what each slot sees there (grouped as grouped_sdpa's queries)."""
+
+    rows: torch.Tensor  # [n]
+    slots: torch.Tensor  # [n]
+    reads: torch.Tensor  # [n, width]
+    mask: torch.Tensor  # [n, 1, G*S, width]
+    g: int
+
+    @classmethod
+    def of(cls, detours: list[Detour], width: int, queries: int, g: int) -> Detours:
+        device = detours[0].path.device
+        column = torch.arange(width, device=device)
+        reads = column.repeat(len(detours), 1)
+        for i, t in enumerate(detours):
+            reads[i, t.chain] = t.path
+        seen = torch.stack([column <= t.last for t in detours])[:, None, None, :].expand(-1, 1, queries, -1)
+        return cls(torch.tensor([t.row for t in detours], device=device),
+                   torch.tensor([t.slot for t in detours], device=device), reads, grouped_mask(seen, g), g)
+
+    def apply(self, out, query, key, value, dropout, scaling) -> torch.Tensor:
+        """`out` [B, H, S, D] with each detoured slot's rows recomputed over its chain layout."""
+        keys = key[self.rows[:, None], :, self.reads].transpose(1, 2).contiguous()  # [n, KV, width, D]
+        values = value[self.rows[:, None], :, self.reads].transpose(1, 2).contiguous()
+        again = grouped_sdpa(query[self.rows], keys, values, self.mask, self.g, dropout, scaling)  # [n, H, S, D]
+        out = out.clone()
+        out[self.rows, :, self.slots] = again[torch.arange(len(self.rows)), :, self.slots]
+        return out
 
 
 @contextmanager
@@ -80,17 +98,19 @@ def grouped_attention(on: bool, detours: list[Detour] = ()):
         yield
         return
     plain = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    made = [None, None]  # (the mask every layer is given, it repeated for the grouped queries): once per forward
+    made = [None, None, None]  # (the mask every layer is given, it repeated for the grouped queries, the
+    # detours prepared): once per forward
 
     def grouped(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
         if attention_mask is None or attention_mask.dtype != torch.bool or kwargs.get("softcap") is not None:
             return plain(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
         g = query.shape[1] // key.shape[1]
         if made[0] is not attention_mask:  # a new forward, or a layer of the other type (sliding: its own mask)
-            made[:] = attention_mask, grouped_mask(attention_mask, g)
+            made[:] = (attention_mask, grouped_mask(attention_mask, g),
+                       Detours.of(detours, key.shape[2], query.shape[2], g) if detours else None)
         out = grouped_sdpa(query, key, value, made[1], g, dropout, scaling)  # [B, H, S, D]
-        if detours:
-            out = detoured(out, query, key, value, attention_mask, g, dropout, scaling, detours)
+        if made[2] is not None:
+            out = made[2].apply(out, query, key, value, dropout, scaling)
         return out.transpose(1, 2).contiguous(), None  # [B, S, H, D], as transformers' sdpa
 
     ALL_ATTENTION_FUNCTIONS["sdpa"] = grouped  # a local override of the shared registry...

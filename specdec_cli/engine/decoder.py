@@ -133,10 +133,11 @@ class Decoder:
         at = at.expand(b, keys[0].shape[1], s, self.head_dim)
         linear = kernels.form_of(self.head.switch if isinstance(self.head, kernels.SwitchedLinear)
                                  else None, x)  # the forward's matmul form, as each SwitchedLinear would ask
+        detoured = attention.Detours.of(detours, columns, s, g) if detours else None  # the same for every layer
         kept = {}
         for n, (layer, k_buffer, v_buffer) in enumerate(zip(self.layers, keys, values), 1):
             h = self._attend(layer, linear, _norm(x, layer.norm_in, self.eps), k_buffer[:b],
-                             v_buffer[:b], at, columns, visible, mask, rotary, g, detours)
+                             v_buffer[:b], at, columns, mask, rotary, g, detoured)
             x = x + h
             h = _norm(x, layer.norm_post, self.eps)
             gate, up = _mms(linear, layer.gate_up, h)
@@ -150,7 +151,7 @@ class Decoder:
             return logits
         return logits, torch.cat([kept[t] for t in features], dim=-1) if len(features) > 1 else kept[features[0]]
 
-    def _attend(self, layer, linear, h, k_buffer, v_buffer, at, columns, visible, mask, rotary, g, detours):
+    def _attend(self, layer, linear, h, k_buffer, v_buffer, at, columns, mask, rotary, g, detoured):
         """LlamaAttention.forward with KVLayer.update and grouped_attention's sdpa inlined."""
         b, s, _ = h.shape
         shape = (b, s, -1, self.head_dim)
@@ -161,6 +162,6 @@ class Decoder:
         v_buffer.scatter_(2, at, v)
         key, value = k_buffer[:, :, :columns], v_buffer[:, :, :columns]
         out = attention.grouped_sdpa(q, key, value, mask, g, 0.0, self.scaling)  # [B, H, S, D]
-        if detours:
-            out = attention.detoured(out, q, key, value, visible, g, 0.0, self.scaling, detours)
+        if detoured is not None:
+            out = detoured.apply(out, q, key, value, 0.0, self.scaling)
         return _mm(linear, layer.o, out.transpose(1, 2).contiguous().reshape(b, s, -1).contiguous())
