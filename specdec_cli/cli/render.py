@@ -136,8 +136,9 @@ def cost_caption(profile, k: int) -> str:
     where = "cached" if profile.cached else f"measured in {profile.measured_s:.1f} s"
     curve = " ".join(f"{v:.2f}" for v in profile.curve(profile.contexts[0])[: k + 1])
     drafts = ", ".join(f"{name} c={profile.c(name):.2f}" for name in profile.draft_s) or "draft makes no model call (c=0)"
-    forms = [(name, [n for n in ns if n <= k + 1]) for name, ns in (("W @ xᵀ", profile.weight_major),
-                                                                     ("prepacked", profile.packed))]
+    major = "LM head's W @ xᵀ" if profile.packed else "W @ xᵀ"  # the packed world's head keeps its plain weight
+    forms = [(name, [n for n in ns if n <= k + 1]) for name, ns in (("prepacked", profile.packed),
+                                                                     (major, profile.weight_major))]
     matmuls = "".join(f"; {name} matmuls at n = {','.join(map(str, ns))}" for name, ns in forms if ns)
     padded = f"; a plain step runs {profile.width(1)} wide (cheaper)" if profile.width(1) > 1 else ""
     spreads = sorted(x for row in profile.spread for x in row[: k + 1])

@@ -29,7 +29,7 @@ from specdec_cli.engine.cost_profile import BUSY_SPREAD, CHECKED_STEP_S, CostPro
 from specdec_cli.engine.kvcache import KVCache, capacity_for
 from specdec_cli.files import cache_dir, write_text_atomic
 
-VERSION = 15  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too; 7: padded widths; 8: spread; 9: one world of forms, plain or packed; 10: a batch's world; 11: the decode forward without transformers' framework, decoder.py; 12: a draft's int8 layers are RowInt8Linear; 13: int8 q/k/v and gate/up fused, RowInt8Fused; 14: int8 layers through oneDNN; 15: bfloat16 times the prepacked form)
+VERSION = 16  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too; 7: padded widths; 8: spread; 9: one world of forms, plain or packed; 10: a batch's world; 11: the decode forward without transformers' framework, decoder.py; 12: a draft's int8 layers are RowInt8Linear; 13: int8 q/k/v and gate/up fused, RowInt8Fused; 14: int8 layers through oneDNN; 15: bfloat16 times the prepacked form; 16: the packed world's LM head in W @ xᵀ)
 PROBE_REPEATS = 5  # timed forwards per width; the median is kept (see forward_seconds)
 MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
 SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 3 tries per width
@@ -148,7 +148,7 @@ def measure_target(target, widths: int) -> tuple:
     return contexts, verify, forms, prefills, spreads
 
 
-FORMS = ("linear", "weight_major", "packed")
+FORMS = ("linear", "weight_major", "packed", "packed_head")  # packed_head: the LM head in W @ xᵀ (kernels.py)
 
 
 def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], list[int]]:
@@ -157,8 +157,10 @@ def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], li
     memory holds one copy of each weight: the plain weights, each width in F.linear unless
     W @ xᵀ measured at least 3 % faster; or, where oneDNN's prepacked weights measured at least
     3 % faster than that across the widths (geometric mean of the ratios), every forward
-    prepacked and the plain weights freed. Timing leaves every form as it was (profile() switches
-    the choice on). Returns (weight-major widths, packed widths: all or none); ([], []) for a
+    prepacked and the plain weights freed; there the LM head, which keeps its plain weight, takes
+    W @ xᵀ at the widths where that measured 3 % faster than F.linear. Timing leaves every form
+    as it was (profile() switches the choice on). Returns (weight-major widths, or the packed
+    world's W @ xᵀ LM head widths; packed widths: all or none); ([], []) for a
     target without the switch (a GPU, a toy). matmuls all / packed: every width in that form,
     untimed (an exactness audit)."""
     switch = getattr(target, "forms", None)
@@ -171,8 +173,10 @@ def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], li
     jobs = [(target, n, form) for n in every for form in offered]
     seconds = dict(zip([(n, form) for _, n, form in jobs], forward_seconds(jobs, context)))
     plain = {n: "weight_major" if seconds[n, "weight_major"] < 0.97 * seconds[n, "linear"] else "linear" for n in every}
-    if "packed" in offered and packed_world(seconds, plain):
-        return [], every
+    if "packed" in offered:
+        packed = {n: "packed_head" if seconds[n, "packed_head"] < 0.97 * seconds[n, "packed"] else "packed" for n in every}
+        if packed_world(seconds, plain, packed):
+            return [n for n in every if packed[n] == "packed_head"], every
     switch.unpack()  # copies made while timing, not chosen
     return [n for n in every if plain[n] == "weight_major"], []
 
@@ -188,12 +192,15 @@ def times_packed(target) -> bool:
     return not cramped
 
 
-def packed_world(seconds: dict, plain: dict) -> bool:
+def packed_world(seconds: dict, plain: dict, packed: dict | None = None) -> bool:
     """Whether the prepacked weights, for every forward, beat the plain world: at least 3 %
     faster across the shapes (the geometric mean of packed / plain seconds), each shape counting
-    alike. seconds: (n, form) -> seconds; plain: n -> the plain world's form for n. The one rule
-    for one-row widths (choose_forms) and a batch's rectangles (batch.rectangle_seconds)."""
-    return statistics.geometric_mean([seconds[n, "packed"] / seconds[n, form] for n, form in plain.items()]) < 0.97
+    alike. seconds: (n, form) -> seconds; plain: n -> the plain world's form for n; packed: n ->
+    the packed world's (packed, or packed_head; default packed). The one rule for one-row widths
+    (choose_forms) and a batch's rectangles (batch.rectangle_seconds)."""
+    packed = packed or {}
+    return statistics.geometric_mean([seconds[n, packed.get(n, "packed")] / seconds[n, form]
+                                      for n, form in plain.items()]) < 0.97
 
 
 def probe_ids(target, length: int) -> list[int]:

@@ -15,7 +15,8 @@ kernels on the CPU: can_pack):
     packed   oneDNN's prepacked weights for every forward, prefill included, untimed (likewise); the
              plain weights are then freed: one copy in memory
 The LM head keeps its plain weight and never takes the prepacked form (a tied embedding or a
-features draft reads that weight: a packed copy would be a second one).
+features draft reads that weight: a packed copy would be a second one); in the packed world it
+takes F.linear or, at the widths where that measured faster, W @ xᵀ.
 The forms: F.linear (x @ Wᵀ), weight-major (W @ xᵀ)ᵀ, which streams the weights once, and
 oneDNN's prepacked weights (one of the packed forms torch.compile's CPU backend can run). Which wins
 depends on the machine, the dtype, the shapes and the row count, so nothing is assumed
@@ -46,8 +47,9 @@ class WeightMajor:
     """Which forwards' linear layers leave F.linear, by the forward's exact shape: `widths`, the
     n of a one-row forward [1, n] that compute W @ xᵀ; `rectangles`, the (rows, n) of a batched
     one [rows, n] that do; `packed`, the (rows, n) that take oneDNN's prepacked weights (kept in
-    `packs`, one per layer, made on first use). While `paused` (a prefill) none do. Once `whole`
-    (pack_all: the plain weights are freed), every forward takes the prepacked weights."""
+    `packs`, one per layer, made on first use), where `widths` and `rectangles` then name the
+    forwards whose LM head (kept plain) computes W @ xᵀ. While `paused` (a prefill) none do. Once
+    `whole` (pack_all: the plain weights are freed), every forward takes the prepacked weights."""
 
     def __init__(self, mode: str = "measure") -> None:
         self.mode = mode  # ForwardPolicy.matmuls
@@ -71,25 +73,30 @@ class WeightMajor:
             return True
         if self.paused:
             return False
-        rows, n = key = self.shape(x)
-        return key in self.packed or (n in self.widths if rows == 1 else key in self.rectangles)
+        return self.shape(x) in self.packed or self.major(*self.shape(x))
+
+    def major(self, rows: int, n: int) -> bool:
+        """Whether a [rows, n] forward computes W @ xᵀ (in the packed world: its LM head does)."""
+        return n in self.widths if rows == 1 else (rows, n) in self.rectangles
 
     def form(self, rows: int, n: int) -> str:
         """The form a [rows, n] forward takes: linear (F.linear), weight_major or packed."""
         if self.whole or (rows, n) in self.packed:
             return "packed"
-        return "weight_major" if (n in self.widths if rows == 1 else (rows, n) in self.rectangles) else "linear"
+        return "weight_major" if self.major(rows, n) else "linear"
 
     @contextmanager
     def trying(self, rows: int, n: int, form: str):
-        """The [rows, n] forward in `form` (linear, weight_major or packed) while timing it; the
-        forms chosen before come back on exit, whatever happened (measuring leaves nothing on)."""
+        """The [rows, n] forward in `form` (linear, weight_major, packed, or packed_head: packed
+        with the LM head in W @ xᵀ) while timing it; the forms chosen before come back on exit,
+        whatever happened (measuring leaves nothing on)."""
+        major, packs = form in ("weight_major", "packed_head"), form in ("packed", "packed_head")
         with self.keeping():
             if rows == 1:
-                self.widths = (self.widths | {n}) if form == "weight_major" else (self.widths - {n})
+                self.widths = (self.widths | {n}) if major else (self.widths - {n})
             else:
-                self.rectangles = (self.rectangles | {(rows, n)}) if form == "weight_major" else (self.rectangles - {(rows, n)})
-            self.packed = (self.packed | {(rows, n)}) if form == "packed" else (self.packed - {(rows, n)})
+                self.rectangles = (self.rectangles | {(rows, n)}) if major else (self.rectangles - {(rows, n)})
+            self.packed = (self.packed | {(rows, n)}) if packs else (self.packed - {(rows, n)})
             yield
 
     @contextmanager
@@ -111,7 +118,8 @@ class WeightMajor:
     def use(self, weight_major: list[int], packed: list[int]) -> None:
         """One-row forwards [1, n] switched on as a profile chose (every other one-row width
         back to F.linear; batched rectangles untouched). Packed widths mean the packed world
-        (costs.choose_forms): every forward prepacked, the plain weights freed (pack_all)."""
+        (costs.choose_forms): every forward prepacked, the plain weights freed (pack_all), and
+        `weight_major` the widths whose LM head computes W @ xᵀ."""
         self.widths = frozenset(weight_major)
         self.packed = frozenset(key for key in self.packed if key[0] > 1) | {(1, n) for n in packed}
         if packed:
@@ -290,9 +298,11 @@ def plain(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 
 def packed(layer: SwitchedLinear, x: torch.Tensor) -> torch.Tensor:
-    """x: [rows, n, in] -> [rows, n, out] through the layer's prepacked weight (the LM head keeps F.linear)."""
+    """x: [rows, n, in] -> [rows, n, out] through the layer's prepacked weight (the LM head keeps
+    its plain weight: W @ xᵀ where the switch says so for x's forward, else F.linear)."""
     if not layer.packable:
-        return F.linear(x, layer.weight, layer.bias)
+        major = layer.switch.major(*layer.switch.shape(x))
+        return weight_major(layer, x) if major else F.linear(x, layer.weight, layer.bias)
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), layer.switch.pack(layer), layer.bias, "none", [], "")
 
 
