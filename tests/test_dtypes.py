@@ -26,6 +26,23 @@ def test_bfloat16_only_when_it_clearly_wins():
     assert "under the 1.18x it must reach" in dtypes.decide(0.100, 0.090).why
 
 
+def test_the_choice_compares_rounds_of_every_width_a_verify_takes():
+    """float32 free shapes: each width 1..WIDTH at the width it runs at (padded where wider is
+    cheaper), averaged with the contexts; bfloat16 pinned: every width is a WIDTH-wide forward. A
+    float32 plain step cheaper than bfloat16's loses to a verify that costs half a step more."""
+    from specdec_cli.engine.cost_profile import CostProfile
+
+    float32 = CostProfile(key={}, contexts=[8, 64], verify_s=[[0.030, 0.031, 0.033, 0.045, 0.046],
+                                                                    [0.032, 0.033, 0.035, 0.047, 0.048]])
+    assert abs(dtypes.round_seconds(float32, 5, pinned=False) - 0.038) < 1e-12
+    float32.padded = {"1": 2}  # a plain step runs 2 wide: it costs a 2-wide forward
+    assert abs(dtypes.round_seconds(float32, 5, pinned=False) - 0.0382) < 1e-12
+    bfloat16 = CostProfile(key={}, contexts=[8, 64], verify_s=[[0.028, 0.029, 0.030, 0.030, 0.031],
+                                                                     [0.030, 0.030, 0.031, 0.032, 0.033]])
+    assert dtypes.round_seconds(bfloat16, 5, pinned=True) == 0.032  # (0.031 + 0.033) / 2
+    assert dtypes.decide(dtypes.round_seconds(float32, 5, False), dtypes.round_seconds(bfloat16, 5, True)).dtype == "bfloat16"
+
+
 def _card(write_card, folder: Path, **decoding):
     tiny_checkpoint(folder / "model")
     return load_card(str(write_card({"description": "tiny", "target": str(folder / "model"),
@@ -59,8 +76,8 @@ def test_a_remembered_choice_is_loaded_and_said(write_card, tmp_path, run):
     data = json.loads(result.stdout)
     assert data["dtype"] == "bfloat16" and data["dtype_choice"] == {"dtype": "bfloat16", "float32_ms": 30.0,
                                                                    "bfloat16_ms": 20.0, "cached": True}
-    assert "bfloat16 (auto: a bfloat16 step 20 ms, float32 30 ms: bfloat16 at 1.50x float32's speed; measured " \
-           "earlier on this CPU)" in " ".join(result.stderr.split())
+    assert "bfloat16 (auto: a bfloat16 forward 20 ms, float32 30 ms (widths 1-5 averaged): bfloat16 at 1.50x " \
+           "float32's speed; measured earlier on this CPU)" in " ".join(result.stderr.split())
     dtypes.write(key, dtypes.Choice("float32", 20.0, 30.0))
     assert load_pair(card).dtype == torch.float32
 

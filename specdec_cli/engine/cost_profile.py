@@ -19,7 +19,7 @@ class CostProfile:
     verify_s: list[list[float]]  # [context][n-1]: one forward over n new tokens
     draft_s: dict[str, float] = field(default_factory=dict)  # draft label -> seconds per proposed token
     batch_s: dict[str, list[float]] = field(default_factory=dict)  # rows -> [n-1]: a [rows, n] verify (short context)
-    weight_major: list[int] = field(default_factory=list)  # widths n of a [1, n] forward whose matmuls run W @ xᵀ (kernels.py)
+    weight_major: list[int] = field(default_factory=list)  # widths n of a [1, n] forward whose matmuls run W @ xᵀ (in the packed world: its LM head's; kernels.py)
     packed: list[int] = field(default_factory=list)  # widths n of a [1, n] forward that run oneDNN's prepacked weights
     batch_weight_major: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs W @ xᵀ
     batch_packed: dict[str, list[int]] = field(default_factory=dict)  # rows -> n whose [rows, n] verify runs prepacked

@@ -1,14 +1,16 @@
-"""`dtype: auto` on a CPU: float32 or bfloat16, whichever runs this target's plain step faster on
-this machine, measured once per model and CPU (at the threads of the run that measures) and kept
-under the user cache (cache_dir("dtypes")).
+"""`dtype: auto` on a CPU: float32 or bfloat16, whichever runs this target's decode forwards faster
+on this machine, measured once per model and CPU (at the threads of the run that measures) and
+kept under the user cache (cache_dir("dtypes")).
 
 bfloat16 halves the bytes a step streams; whether that makes the step faster depends on the CPU's
-bfloat16 kernels and on how much of the step is per-op work rather than matmuls (docs/kernels.md:
-the Qwen pair ran 1.28-1.36x faster on an Intel Xeon, SmolLM2-135M had no winner). Both are exact
-against their own greedy (bfloat16 under pinned shapes), so the choice is speed, and at a tie
-float32's precision: bfloat16 is kept only when its step costs at most CLEAR_WIN of float32's.
-A step is what a run in that dtype takes per plain token: float32 free shapes at the width its
-profile runs one token at, bfloat16 pinned at W = WIDTH (both from the cost profile, cached too).
+bfloat16 kernels and on how much of the step is per-op work rather than matmuls (docs/kernels.md).
+Both are exact against their own greedy (bfloat16 under pinned shapes), so the choice is speed,
+and at a tie float32's precision: bfloat16 is kept only when its forwards cost at most CLEAR_WIN
+of float32's. What is compared is a round's target forward, from each dtype's cost profile (cached
+too), averaged over the widths 1..WIDTH a round verifies at, a plain step to a full verify, each
+alike: float32 free shapes at the width each runs at, bfloat16 pinned at W = WIDTH for all. A
+speculative decoder's rounds are what it runs (a cheaper plain step alone would hide a verify that
+costs half a step more, SmolLM2's float32 on an Intel Xeon: docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -25,15 +27,15 @@ import torch
 from specdec_cli.engine.costs import model_name
 from specdec_cli.files import cache_dir, write_text_atomic
 
-CLEAR_WIN = 0.85  # bfloat16 must take at most this share of float32's step (a tie keeps float32's precision)
-WIDTH = 5  # bfloat16's pinned step is timed at W = 5 (k = 4, the cards' default)
-VERSION = 2  # bump when a file's meaning changes: older choices are measured again (2: bfloat16 prepacked)
+CLEAR_WIN = 0.85  # bfloat16 must take at most this share of float32's time (a tie keeps float32's precision)
+WIDTH = 5  # rounds of widths 1..5 (k = 4, the cards' default); bfloat16's pinned forwards at W = 5
+VERSION = 3  # bump when a file's meaning changes: older choices are measured again (2: bfloat16 prepacked; 3: rounds' widths averaged)
 CHOICES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
 class Choice:
-    """What `dtype: auto` chose and the two steps it was chosen from (milliseconds)."""
+    """What `dtype: auto` chose and the two round forwards it was chosen from (milliseconds: round_seconds)."""
 
     dtype: str  # one of CHOICES
     float32_ms: float
@@ -50,8 +52,8 @@ class Choice:
         speed = self.float32_ms / self.bfloat16_ms
         rule = f", under the {1 / CLEAR_WIN:.2f}x it must reach" if self.dtype == "float32" and speed > 1 else ""
         when = "measured earlier on this CPU" if self.cached else "measured now, once for this CPU"
-        return (f"auto: a bfloat16 step {self.bfloat16_ms:.0f} ms, float32 {self.float32_ms:.0f} ms: bfloat16 at "
-                f"{speed:.2f}x float32's speed{rule}; {when}")
+        return (f"auto: a bfloat16 forward {self.bfloat16_ms:.0f} ms, float32 {self.float32_ms:.0f} ms (widths "
+                f"1-{WIDTH} averaged): bfloat16 at {speed:.2f}x float32's speed{rule}; {when}")
 
     def as_dict(self) -> dict:
         return {"dtype": self.dtype, "float32_ms": round(self.float32_ms, 2), "bfloat16_ms": round(self.bfloat16_ms, 2),
@@ -59,16 +61,17 @@ class Choice:
 
 
 def decide(float32_s: float, bfloat16_s: float) -> Choice:
-    """The choice from the two measured steps (seconds)."""
+    """The choice from the two measured round forwards (seconds)."""
     dtype = "bfloat16" if bfloat16_s <= CLEAR_WIN * float32_s else "float32"
     return Choice(dtype, float32_s * 1e3, bfloat16_s * 1e3)
 
 
-def step_seconds(profile, width: int | None) -> float:
-    """A plain token's forward from a cost profile, averaged over its contexts: at `width` (pinned
-    shapes), else at the width a free one-token forward runs at (padded: cost_profile.width)."""
-    n = width or profile.width(1)
-    return statistics.fmean(row[n - 1] for row in profile.verify_s)
+def round_seconds(profile, width: int, pinned: bool) -> float:
+    """A round's target forward from a cost profile, averaged over its contexts and over the
+    widths n = 1..width a round verifies at: pinned shapes run each one `width` wide, free ones at
+    the width n runs at (padded: cost_profile.width)."""
+    runs = [width if pinned else profile.width(n) for n in range(1, width + 1)]
+    return statistics.fmean(row[m - 1] for row in profile.verify_s for m in runs)
 
 
 # ---------------------------------------------------------------------------- the cache

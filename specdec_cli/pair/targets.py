@@ -110,12 +110,12 @@ def measure_dtype(card: Card, ref: ModelRef, device: torch.device, key: dict, on
     if cost_model.forward_seconds([(loaded[0], 1)], context, repeats=3)[0] < cost_model.CHECKED_STEP_S:
         return loaded, None  # a tiny target: its steps are timer noise, and float32 costs it nothing
     measured = cost_model.profile(loaded[0], name, card.revision, {}, width)
-    float32_s, busy = dtypes.step_seconds(measured, width if loaded[2].shapes == "pinned" else None), measured.busy
+    float32_s, busy = dtypes.round_seconds(measured, width, loaded[2].shapes == "pinned"), measured.busy
     del loaded
     gc.collect()
     loaded = load_target(card, ref, device, torch.bfloat16, on_compile, on_convert)
     measured = cost_model.profile(loaded[0], name, card.revision, {}, width)
-    choice = dtypes.decide(float32_s, dtypes.step_seconds(measured, width if loaded[2].shapes == "pinned" else None))
+    choice = dtypes.decide(float32_s, dtypes.round_seconds(measured, width, loaded[2].shapes == "pinned"))
     if not (busy or measured.busy):  # a choice made beside another job would be wrong for good
         dtypes.write(key, choice)
     if choice.dtype == "float32":
