@@ -36,6 +36,7 @@ LLAMACPP_TABLE = (
     Column("with prefill", lambda r: r["tokens_per_s_with_prefill"], ".1f"),
     Column("accept rate", lambda r: r["accept_rate"] and 100 * r["accept_rate"], ".1f", " %"),
     Column("specdec tok/s", lambda r: r["specdec_tokens_per_s"], ".1f"),
+    Column("specdec dtype", lambda r: r["ours"] and r["ours"].get("dtype"), numeric=False),
     Column("llama.cpp/specdec", over_specdec, ".2f", "x"),
     Column("same text", lambda r: None if r["mode"] == "greedy"
            else same_text(r.get("text"), r["own_greedy"] and r["own_greedy"].get("text"))),
@@ -57,8 +58,9 @@ def llamacpp_section(folder: Folder) -> list[str]:
             f"on the README's prompt, chat-templated as specdec feeds it, at most {first.get('max_tokens', '–')} tokens, "
             f"{first.get('threads', '–')} threads, greedy (`--temp 0 --top-k 1`): `llama-completion` (greedy), "
             "`llama-lookup` (prompt lookup) or `llama-speculative` (a draft model) at k = "
-            f"{first.get('k') or next((r['k'] for r in runs if r.get('k')), '–')}, each at F32 (like for like: specdec "
-            "de-quantises on load and computes in float32) and at the file's own quantisation. One run each. llama.cpp's "
+            f"{first.get('k') or next((r['k'] for r in runs if r.get('k')), '–')}, each at F32 and BF16 (specdec de-quantises "
+            "on load and computes in the dtype its card chose: `specdec dtype`; a row at that precision is like for like) "
+            "and at the file's own quantisation. One run each. llama.cpp's "
             "`tok/s` is decode only; specdec's includes the prefill, so the ratio is llama.cpp's `with prefill` over "
             "specdec's (`readme.jsonl`: greedy for greedy, the card's speculative run for the others; – where specdec "
             "did not run that card on this prompt). `same text`: a speculative run's text against llama.cpp's own greedy "
@@ -73,8 +75,9 @@ def llamacpp_closing(folder: Folder) -> list[str]:
     lines = []
     for r in llamacpp_runs(folder.rows("llamacpp")):
         s = ours_for(r, ours)
-        if s and r["quant"] == "F32":
-            lines.append(f"- llama.cpp F32 {r['mode']} on the README example: {f(r['tokens_per_s_with_prefill'], '.1f')} "
-                         f"tok/s with the prefill against specdec's {f(specdec_speed(r['mode'], s), '.1f')} "
-                         f"({'greedy' if r['mode'] == 'greedy' else s['draft']}).")
+        if s and r["quant"] in ("F32", "BF16"):
+            lines.append(f"- llama.cpp {r['quant']} {r['mode']} on the README example: "
+                         f"{f(r['tokens_per_s_with_prefill'], '.1f')} tok/s with the prefill against specdec's "
+                         f"{f(specdec_speed(r['mode'], s), '.1f')} ({'greedy' if r['mode'] == 'greedy' else s['draft']}, "
+                         f"{s.get('dtype', '–')}).")
     return lines

@@ -25,7 +25,8 @@
 #   BF16=1 (empty: skip) the card over the suite and DISTILLED_CARD on free text in bfloat16 (pinned
 #   shapes), against the faster of pinned and free-shape greedy
 #   PEERS (unset: skip; a comma list of llamacpp, vllm, e.g. PEERS=llamacpp,vllm) the peers on the
-#   README's example, each into the kind's <peer>.jsonl: llama.cpp (benchmarks/peers/llamacpp.sh);
+#   README's example, each into the kind's <peer>.jsonl: llama.cpp (benchmarks/peers/llamacpp.sh, at
+#   LLAMACPP_QUANTS="f32 bf16 native": its QUANTS);
 #   vLLM on the CPU (benchmarks/peers/vllm.sh: float32 and bfloat16, greedy and its own speculation,
 #   one process each, every start-up 1-2 min on 2 cores), then on the suite, VLLM_SUITE_LIMIT=LIMIT
 #   prompts per category (empty: skip; four more start-ups), and PAIR_CARD on the README's example
@@ -186,7 +187,8 @@ vllm_peer() {  # the vLLM runs above into $B/vllm.jsonl (those done before a fai
 }
 for peer in ${PEERS//,/ }; do
   case "$peer" in
-    llamacpp) CARD=$readme_card PAIR_CARD=$PAIR_CARD bash benchmarks/peers/llamacpp.sh --prompts-file "$B/readme-prompt.jsonl" \
+    llamacpp) CARD=$readme_card PAIR_CARD=$PAIR_CARD QUANTS=${LLAMACPP_QUANTS:-f32 bf16 native} \
+                bash benchmarks/peers/llamacpp.sh --prompts-file "$B/readme-prompt.jsonl" \
                   --max-tokens "$readme_tokens" "$B/llamacpp.jsonl" || failed llamacpp $? ;;
     vllm) vllm_peer || failed vllm $? ;;
   esac

@@ -153,12 +153,14 @@ def test_llamacpp_beside_specdec(kind):
     page = report.main(str(kind))
     heading = "## llama.cpp beside specdec"
     greedy = table_row(page, heading, ["smollm2", "greedy", "F32"])
-    # tok/s, with prefill, accept rate, specdec's greedy tok/s, ratio with prefill, same text, = specdec greedy
-    assert greedy[4:] == ["51.0", "50.0", "–", "25.0", "2.00x", "–", "not compared"]  # readme.jsonl has no text
+    # tok/s, with prefill, accept rate, specdec's greedy tok/s and dtype, ratio with prefill, same text, = specdec greedy
+    assert greedy[4:] == ["51.0", "50.0", "–", "25.0", "float32", "2.00x", "–", "not compared"]  # readme.jsonl: no text
     lookup = table_row(page, heading, ["smollm2", "prompt-lookup", "F32"])
-    assert lookup[6:10] == ["25.0 %", "40.0", "2.00x", "**no**"]  # its text differs from llama.cpp's own greedy
+    assert lookup[6:11] == ["25.0 %", "40.0", "float32", "2.00x", "**no**"]  # its text differs from llama.cpp's greedy
     qwen = table_row(page, heading, ["qwen2.5-coder-1.5b", "greedy", "Q4_K_M"])
-    assert qwen[7:] == ["–"] * 4  # specdec did not run that card on the README prompt
+    assert qwen[7:] == ["–"] * 5  # specdec did not run that card on the README prompt
+    assert "- llama.cpp F32 greedy on the README example: 50.0 tok/s with the prefill against specdec's 25.0 (greedy, " \
+           "float32)." in page
     assert "does not set `PEERS=llamacpp`" in page  # the command in machine.json has no PEERS
 
 
