@@ -24,9 +24,9 @@ REMEASURE = typer.Option(False, "--remeasure", help="Measure this machine's cost
 SHAPES = typer.Option(None, "--shapes", help="pinned: every decode forward is [rows, k+1] over a fixed KV buffer "
                       "(greedy == speculative bitwise, in any dtype); free: [rows, d+1], the least work; auto: pinned "
                       "for bfloat16/float16 and on a GPU, else free. Overrides the card.")
-MATMULS = typer.Option(None, "--matmuls", help="A CPU target's matmul forms (float32, or bfloat16 where oneDNN has its kernels): measure (the cost profile keeps the "
-                       "fastest per forward shape), off (F.linear), all or packed (every verify in that form: "
-                       "exactness audits). Overrides the card.")
+MATMULS = typer.Option(None, "--matmuls", help="A CPU target's matmul forms (float32, or bfloat16 where oneDNN has "
+                       "its kernels): measure (the cost profile keeps the fastest per forward shape), off (F.linear), "
+                       "all or packed (every verify in that form: exactness audits). Overrides the card.")
 COMPILE = typer.Option(None, "--compile/--no-compile", help="Compile the decode forwards with PyTorch's inductor: "
                        "cheaper steps after a compile per forward shape (free: widths 1..k+1; pinned: k+1), done "
                        "before timing starts; tens of seconds the first time on a machine, cached in specdec's cache "

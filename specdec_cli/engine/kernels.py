@@ -21,8 +21,9 @@ The forms: F.linear (x @ Wᵀ), weight-major (W @ xᵀ)ᵀ, which streams the we
 oneDNN's prepacked weights (one of the packed forms torch.compile's CPU backend can run). Which wins
 depends on the machine, the dtype, the shapes and the row count, so nothing is assumed
 (docs/kernels.md has the measurements and the commands that made them). Every prefill keeps
-F.linear but in the packed world (the plain weights are gone there). The forms' rows differ from F.linear's in the last bits: the rounding class
-verify-exactness covers in float32; pinned shapes keep bfloat16 bitwise, each forward one form.
+F.linear but in the packed world (the plain weights are gone there). The forms' rows differ
+from F.linear's in the last bits: the rounding class verify-exactness covers in float32; pinned
+shapes keep bfloat16 bitwise, each forward taking one form.
 """
 
 from __future__ import annotations
