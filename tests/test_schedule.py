@@ -366,6 +366,18 @@ def test_a_batch_verify_curve_is_cached_with_the_profile(monkeypatch):
     assert "batch_verify_cost" in again.as_dict() and again.as_dict()["batch_step"] == {"8": 1.5}
 
 
+def test_a_batch_in_the_packed_world_is_cached_with_its_greedy_step(monkeypatch, capsys):
+    """A batch's packed world prepacks every n, its greedy step's n = 1 too
+    (batch.rectangle_seconds): the cache keeps it and reads it back, not measuring again."""
+    monkeypatch.setattr(costs, "PROBE_REPEATS", 1)
+    probe = Probe()
+    found = costs.profile(probe, "toy-p", None, {})
+    costs.with_batch(found, 4, lambda widths: ([found.step_s * 2] * widths, [], list(range(1, widths + 1))))
+    capsys.readouterr()
+    again = costs.profile(probe, "toy-p", None, {})
+    assert again.cached and again.batch_packed == {"4": [1, 2, 3, 4, 5]} and capsys.readouterr().err == ""
+
+
 def test_a_partly_live_batch_interpolates_seconds_not_ratios():
     """2 live rows of a batch measured at 3: halfway between the 1-row seconds [1, 2] and the
     3-row seconds [4, 5] is [2.5, 3.5]: v(2) = 1.4 batch steps, a batch step = 2.5 row steps

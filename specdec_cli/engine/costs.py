@@ -271,9 +271,10 @@ def read(key: dict) -> CostProfile | None:
               and len(profile.prefill_s) in (0, len(profile.contexts))
               and all(isinstance(x, (int, float)) and x > 0 for x in profile.prefill_s)
               and all(isinstance(forms, dict) and all(rows in profile.batch_s and isinstance(ns, list)
-                                                      and all(type(n) is int and 2 <= n <= profile.widths for n in ns)
+                                                      and all(type(n) is int and low <= n <= profile.widths for n in ns)
                                                       for rows, ns in forms.items())
-                      for forms in (profile.batch_weight_major, profile.batch_packed)))
+                      # a batch's greedy step (n = 1) keeps F.linear in the plain world, not in the packed one
+                      for forms, low in ((profile.batch_weight_major, 2), (profile.batch_packed, 1))))
         if not ok:
             raise ValueError("fields do not fit")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
