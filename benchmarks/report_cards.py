@@ -9,7 +9,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from report_common import Folder, bench_rows, column_table, f, overall_row, table
+from report_common import Folder, bench_rows, column_table, f, overall_row, rounding_note, table
 
 from specdec_cli.eval import columns as c
 
@@ -82,8 +82,8 @@ def pair_section(folder: Folder) -> list[str]:
              f"Peak resident memory of the process with the pair loaded: **{pair_peak_gb(rows):.1f} GB**.", "",
              column_table(PAIR_TABLE, spec)]
     if peers:
-        lines += ["", "Against transformers' assisted generation (`assistant_model` = the same draft weights, fixed k):",
-                  "", column_table(c.PEER_TABLE, peers)]
+        lines += ["", "Against transformers' assisted generation (`assistant_model` = the same draft weights, fixed k)."
+                  + rounding_note(peers), "", column_table(c.PEER_TABLE, peers)]
     return lines
 
 

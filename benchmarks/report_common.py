@@ -61,6 +61,20 @@ def overall_row(rows: list[dict]) -> dict | None:
     return next(iter(bench_rows(rows, "all")), None)
 
 
+HALF = ("bfloat16", "float16")
+
+
+def rounding_note(rows: list[dict]) -> str:
+    """Why `identical` against transformers may read NO where the run was in bfloat16 or float16."""
+    half = sorted({r.get("dtype") for r in rows} & set(HALF))
+    if not half:
+        return ""
+    return (f" In {' and '.join(half)}, `identical` compares specdec's pinned-shape output with transformers' "
+            "free-shape `generate`, which rounds its forwards otherwise from the first step on (docs/shapes.md): a "
+            "NO there is that rounding, not speculation; specdec's exactness in that dtype is against its own "
+            "pinned greedy (the exactness section).")
+
+
 def err(predicted, measured) -> str:
     return "–" if predicted is None or not measured else f"{100 * (predicted / measured - 1):+.0f} %"
 

@@ -149,6 +149,19 @@ def table_row(page: str, heading: str, first_cells: list[str]) -> list[str]:
     raise AssertionError(f"no row {first_cells} under {heading}")
 
 
+def test_transformers_rows_in_bfloat16_say_why_they_differ(kind):
+    """In bfloat16 specdec's pinned output and transformers' free-shape generate round otherwise:
+    the section and the closing line say so beside a NO; in float32 neither says a word."""
+    heading = "## specdec vs transformers' own `generate`"
+    assert "rounds its forwards otherwise" not in report.main(str(kind))
+    rows = report.load(str(kind / "bench.jsonl"))
+    write(kind / "bench.jsonl", [{**r, "dtype": "bfloat16", "identical": r["row"] != "transformers"} for r in rows])
+    page = report.main(str(kind))
+    section = " ".join(next(text for name, text in sections(page).items() if name.startswith(heading)))
+    assert "In bfloat16, `identical` compares specdec's pinned-shape output with transformers' free-shape" in section
+    assert "ratio **1.33x**, identical: NO (bfloat16: transformers rounds free shapes)." in page
+
+
 def test_llamacpp_beside_specdec(kind):
     page = report.main(str(kind))
     heading = "## llama.cpp beside specdec"
