@@ -29,9 +29,19 @@ def readme_speeds(d: Path) -> str:
                      and r.get("compiled") and "README" in r.get("workload", "")), None)
     peer = next((r for r in llamacpp_runs(optional(d, "llamacpp.jsonl")) if r["mode"] == "greedy"
                  and r["quant"] == "F32" and r["card"] == "smollm2"), None)
-    cells = [f(eager["tokens_per_s"], ".1f") if eager else "–", f(compiled["tokens_per_s"], ".1f") if compiled else "–",
-             f(peer["tokens_per_s_with_prefill"], ".1f") if peer else "–"]
+    cells = [speed_in(eager), speed_in(compiled), f(peer["tokens_per_s_with_prefill"], ".1f") if peer else "–"]
     return " · ".join(cells) if any(c != "–" for c in cells) else "–"
+
+
+SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def speed_in(row: dict | None) -> str:
+    """A bench row's speculative tok/s and the dtype it ran in (dtype: auto chooses per machine)."""
+    if not row:
+        return "–"
+    dtype = row.get("dtype")
+    return f(row["tokens_per_s"], ".1f") + (f" ({SHORT.get(dtype, dtype)})" if dtype else "")
 
 
 def vllm_speeds(d: Path) -> str:
@@ -75,15 +85,16 @@ def main(results: str = "benchmarks/results") -> str:
         "has the command, the conditions and every table; `–`: not measured on that kind.",
         "",
         table(["CPU", "cores", "torch BLAS", "date", "commit", "default card, suite", "README example",
-               "README example, tok/s: eager · compiled · llama.cpp fp32 greedy",
+               "README example, speculative tok/s (dtype): eager · compiled · llama.cpp fp32 greedy",
                "README example, vLLM fp32 tok/s: greedy · speculative",
                "distilled, free text", "Qwen pair, code", "synthetic a = 1.0, k = 4: measured / predicted",
                "batch N vs batch 1, speculative", "exactness, pinned shapes: identical"],
               [kind_row(d) for d in kinds]),
         "",
         "Columns: the run's `CARD` (default `smollm2`) over the suite (`bench.jsonl`); the README's first example "
-        "(`readme.jsonl`); its speculative tok/s eager, with `--compile` (`compile.jsonl`, "
-        "`benchmarks/compile.sh`) and llama.cpp's float32 greedy on the same weights, prefill included "
+        "(`readme.jsonl`); its speculative tok/s eager and with `--compile` (`compile.jsonl`, "
+        "`benchmarks/compile.sh`), each in the dtype its run took, and llama.cpp's float32 greedy on the same "
+        "weights, prefill included "
         "(`llamacpp.jsonl`); vLLM's float32 greedy and its own speculation (n-gram for the default card) on the "
         "same prompt and ids, prefill included (`vllm.jsonl`, `benchmarks/peers/vllm.sh`); "
         "`smollm2-distilled` on the free-text categories (`distilled.jsonl`); `qwen2.5-coder-1.5b` on the code "

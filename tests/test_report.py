@@ -267,7 +267,7 @@ def test_summary_row_from_the_raw_json(kind):
     row = next(line for line in text.splitlines() if line.startswith("| [Test CPU 9000]"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells == ["[Test CPU 9000](results/test-cpu-9000.md)", "4", "mkl, AVX512 kernels", "2026-12-06",
-                     "`abc1234`", "2.00x", "1.60x", "40.0 · – · 50.0", "32.0 · 20.0", "1.50x", "–", "4.00x / 4.40x", "3.00x (N = 8)",
+                     "`abc1234`", "2.00x", "1.60x", "40.0 (fp32) · – · 50.0", "32.0 · 20.0", "1.50x", "–", "4.00x / 4.40x", "3.00x (N = 8)",
                      "4/4, bitwise 4/4"]
     assert "bash benchmarks/run.sh" in text and "(results/test-cpu-9000.md)" in text
 
