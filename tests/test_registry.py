@@ -62,10 +62,12 @@ def card(write_card, target="toy", **draft):
 
 
 def test_a_registered_kind_generates_exactly(run, write_card, repeat):
-    r = run("generate", "-c", card(write_card), "--json", "ba ba ba")
+    """A fixed schedule: the cost schedule's d follows the toy's measured timings (on a busy
+    machine it drafted 2 of 3 in one run of five)."""
+    r = run("generate", "-c", card(write_card, schedule="fixed"), "--json", "ba ba ba")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["draft"] == "repeat(copies=3)+cost" and out["identical"] is True
+    assert out["draft"] == "repeat(copies=3)" and out["identical"] is True
     # the kind's own draft ran: it drafted, and never more than its copies (k is 4)
     assert max(round_["drafted"] for round_ in out["spec"]["rounds"]) == 3
 
