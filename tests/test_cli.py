@@ -155,7 +155,10 @@ def test_cards_list_and_show(run):
 
 
 def test_card_from_path_and_toy_agreement(run, write_card):
-    path = write_card(toy_card_dict(agree=1.0, k=3, max_tokens=20))
+    """A fixed schedule: under the cost schedule the toy's measured timings chose d (a busy
+    machine once made it draft 2 of 3)."""
+    card = toy_card_dict(agree=1.0, k=3, max_tokens=20)
+    path = write_card({**card, "draft": {**card["draft"], "schedule": "fixed"}})
     obj = json.loads(run("generate", "--card", path, "--json", "--mode", "spec", "ba be bi").stdout)
     assert [r["emitted"] for r in obj["spec"]["rounds"]] == [4, 4, 4, 4, 4]
 
