@@ -75,6 +75,13 @@ def rounding_note(rows: list[dict]) -> str:
             "pinned greedy (the exactness section).")
 
 
+def against_transformers(row: dict) -> str:
+    """A row's `identical` against transformers, with the rounding it differs by in bfloat16/float16."""
+    if row["identical"]:
+        return "yes"
+    return f"NO ({row['dtype']}: transformers rounds free shapes)" if row.get("dtype") in HALF else "NO"
+
+
 def err(predicted, measured) -> str:
     return "–" if predicted is None or not measured else f"{100 * (predicted / measured - 1):+.0f} %"
 

@@ -6,7 +6,7 @@ them measured for the closing note.
 
 from __future__ import annotations
 
-from report_common import HALF, Folder, bench_rows, column_table, err, f, overall_row, rounding_note
+from report_common import Folder, against_transformers, bench_rows, column_table, err, f, overall_row, rounding_note
 from report_machine import UNKNOWN, machine_bullets
 
 from specdec_cli.eval import columns as c
@@ -186,8 +186,7 @@ def suite_closing(folder: Folder) -> list[str]:
     if assisted:
         lines.append(f"- vs transformers' assisted generation ({assisted['draft']} at k = {assisted['k']}, fixed): "
                      f"{f(assisted['tokens_per_s'], '.1f')} vs {f(assisted['hf_tokens_per_s'], '.1f')} tok/s, ratio "
-                     f"**{f(assisted['ratio'], '.2f', 'x')}**, identical: {'yes' if assisted['identical'] else 'NO'}"
-                     f"{' (' + assisted['dtype'] + ': transformers rounds free shapes)' if not assisted['identical'] and assisted.get('dtype') in HALF else ''}.")
+                     f"**{f(assisted['ratio'], '.2f', 'x')}**, identical: {against_transformers(assisted)}.")
     pairs = plan_pairs(folder)
     if pairs:
         worst = max(pairs, key=lambda pm: abs((pm[0]["predicted_speedup"] or 0) / (pm[1]["speedup"] or 1) - 1))

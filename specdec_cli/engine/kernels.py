@@ -74,7 +74,8 @@ class WeightMajor:
             return True
         if self.paused:
             return False
-        return self.shape(x) in self.packed or self.major(*self.shape(x))
+        key = self.shape(x)
+        return key in self.packed or self.major(*key)
 
     def major(self, rows: int, n: int) -> bool:
         """Whether a [rows, n] forward computes W @ xᵀ (in the packed world: its LM head does)."""
