@@ -79,6 +79,34 @@ def test_the_decoder_computes_in_the_matmul_form_the_policy_chose(forms, one_thr
         decoder_module.kernels.weight_major in asked
 
 
+@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
+def test_the_packed_world_computes_the_layers_that_read_one_input_as_one_product(model_type, one_thread):
+    """q/k/v and gate/up (fused.FUSED) are one prepacked weight each (Qwen2's q/k/v with their
+    biases): each part equals its own layer's product up to rounding, transformers' forward and
+    the decoder both make one call per group (transformers' through the parts), bitwise alike."""
+    lm, plain = tiny(model_type), tiny(model_type)
+    lm.configure("free", "packed")
+    groups = [m.group for m in lm.model.modules() if type(m) is kernels.SwitchedLinear and m.index == 0 and m.group]
+    assert [len(g.layers) for g in groups] == [3, 2] * 3 and set(groups) <= set(lm.forms.packs)
+    names = {id(m): name for name, m in lm.model.named_modules()}
+    x = torch.randn(2, 5, 64)
+    for group in groups:
+        for layer, out in zip(group.layers, group.split(x)):
+            reference = plain.model.get_submodule(names[id(layer)])(x)
+            assert out.shape == reference.shape and torch.allclose(out, reference, atol=1e-5, rtol=1e-5)
+    made = []
+    real = kernels.PackedGroup.split
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernels.PackedGroup, "split", lambda group, x: made.append(group) or real(group, x))
+        for decoder in (True, False):
+            made.clear()
+            cache = KVCache(lm, decoder=decoder)
+            cache.add(list(range(5, 12)))
+            cache.forward(torch.tensor([[3, 4, 5]]))
+            assert made[-6:] == groups  # the last forward: each group once, in order
+    assert same(forwards(lm, True, 6, 1, True), forwards(lm, False, 6, 1, True))
+
+
 @pytest.mark.parametrize("model_type, extra, why", [
     ("mistral", {"sliding_window": 8}, "MistralForCausalLM is not one of"),
     ("llama", {"hidden_act": "gelu"}, "activation 'gelu'"),

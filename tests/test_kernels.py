@@ -133,7 +133,8 @@ def test_choice_keeps_one_world_of_forms_and_one_copy_of_the_weights(monkeypatch
     assert torch.equal(head(two), major(head, two)) and torch.equal(head(one), F.linear(one, head.weight))
     assert called == [(1, 2, head.in_features)]  # the head at n = 2 only
     monkeypatch.setattr(kernels, "weight_major", major)
-    assert head not in lm.forms.packs and set(layers) - {head} == set(lm.forms.packs)
+    assert head not in lm.forms.packs and {m.group or m for m in layers if m is not head} == set(lm.forms.packs)
+    assert {len(g.layers) for g in lm.forms.packs if isinstance(g, kernels.PackedGroup)} == {2, 3}  # gate/up, q/k/v
     seen.clear()
     assert costs.choose_forms(lm, 7, [1]) == ([], list(range(1, 8))) and not seen  # nothing else can run now
 
@@ -268,7 +269,7 @@ def test_a_prepacked_only_target_frees_its_plain_weights_and_still_matches_greed
     layers = [m for m in packed.target.model.modules() if type(m) is kernels.SwitchedLinear]
     head = packed.target.model.get_output_embeddings()
     assert len(layers) > 1 and all(m.weight.numel() == 0 for m in layers if m is not head)
-    assert head.weight.numel() and set(layers) - {head} <= set(packed.target.forms.packs)
+    assert head.weight.numel() and {m.group or m for m in layers if m is not head} == set(packed.target.forms.packs)
     before = sum(m.weight.numel() for m in plain.target.model.modules() if isinstance(m, torch.nn.Linear))
     assert sum(m.weight.numel() for m in layers) < before / 2  # the plain weights are gone
     prompt = [5, 9, 5, 9, 5, 9, 17, 5, 9]

@@ -69,19 +69,23 @@ def _mm(linear, layer, x: torch.Tensor) -> torch.Tensor:
     return layer.forward(x) if type(layer) in (RowInt8Linear, RowInt8Part) else linear(layer, x)
 
 
-def _group(layers: tuple) -> tuple | RowInt8Fused:
-    """`layers` computed together: their RowInt8Fused where they are its parts, in order
-    (quantize.FUSED: one int8 matmul), else the layers, one call each."""
+def _group(layers: tuple) -> tuple | RowInt8Fused | kernels.PackedGroup:
+    """`layers` computed together (fused.FUSED): their RowInt8Fused where they are its parts, in
+    order (one int8 matmul), their PackedGroup where they form one (one prepacked matmul in the
+    packed world), else the layers, one call each."""
     fused = getattr(layers[0], "fused", None)
     if fused is not None and len(layers) == len(fused.sizes) and all(
             type(m) is RowInt8Part and m.fused is fused and m.i == i for i, m in enumerate(layers)):
         return fused
-    return layers
+    group = getattr(layers[0], "group", None)
+    return group if group is not None and group.layers == tuple(layers) else layers
 
 
-def _mms(linear, group: tuple | RowInt8Fused, x: torch.Tensor) -> list[torch.Tensor]:
+def _mms(linear, group: tuple | RowInt8Fused | kernels.PackedGroup, x: torch.Tensor) -> list[torch.Tensor]:
     """x through each layer of a `_group`."""
-    return group.split(x) if type(group) is RowInt8Fused else [_mm(linear, m, x) for m in group]
+    if type(group) is RowInt8Fused or type(group) is kernels.PackedGroup and linear is kernels.packed:
+        return group.split(x)
+    return [_mm(linear, m, x) for m in (group.layers if type(group) is kernels.PackedGroup else group)]
 
 
 @dataclass(frozen=True)
@@ -90,10 +94,10 @@ class _Layer:
     attributes some 14 times a layer, about 1 ms of a SmolLM2 step)."""
 
     norm_in: torch.Tensor  # input_layernorm's weight
-    qkv: tuple | RowInt8Fused  # q, k, v projections (_group)
+    qkv: tuple | RowInt8Fused | kernels.PackedGroup  # q, k, v projections (_group)
     o: torch.nn.Module
     norm_post: torch.Tensor  # post_attention_layernorm's weight
-    gate_up: tuple | RowInt8Fused
+    gate_up: tuple | RowInt8Fused | kernels.PackedGroup
     down: torch.nn.Module
 
     @classmethod
@@ -114,13 +118,14 @@ class Decoder:
         first = body.layers[0].self_attn
         self.head_dim, self.scaling, self.groups = first.head_dim, first.scaling, first.num_key_value_groups
 
-    def __call__(self, ids: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], at: torch.Tensor,
+    def __call__(self, ids: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], at: torch.Tensor | int,
                  columns: int, visible: torch.Tensor, positions: torch.Tensor, detours: list[Detour] = (),
                  features: tuple[int, ...] = ()):
         """ids [B, S] -> logits [B, S, V] (with `features`, and the hidden states at those taps
         [B, S, T * H], taps.py).
         Layer i's new K/V are written into keys[i] / values[i] [rows, KV, capacity, D] at the
-        columns `at` [B, 1, S, 1]; each query sees its first `columns` columns where `visible`
+        columns `at` [B, 1, S, 1] (an int: every row at columns at .. at + S - 1, a slice
+        written in one copy, where a scatter cost some 40 µs a layer); each query sees its first `columns` columns where `visible`
         [B, 1, S, columns] says; `positions` [B, S] are the rotary positions."""
         b, s = ids.shape
         x = self.embed(ids)
@@ -130,7 +135,8 @@ class Decoder:
         # to add (0 or -inf) in every call: the same scores, made once.
         grouped = attention.grouped_mask(visible, g)
         mask = torch.zeros(grouped.shape, dtype=x.dtype).masked_fill_(~grouped, float("-inf"))
-        at = at.expand(b, keys[0].shape[1], s, self.head_dim)
+        if not isinstance(at, int):
+            at = at.expand(b, keys[0].shape[1], s, self.head_dim)
         linear = kernels.form_of(self.head.switch if isinstance(self.head, kernels.SwitchedLinear)
                                  else None, x)  # the forward's matmul form, as each SwitchedLinear would ask
         detoured = attention.Detours.of(detours, columns, s, g) if detours else None  # the same for every layer
@@ -158,8 +164,12 @@ class Decoder:
         q, k, v = (y.view(shape).transpose(1, 2) for y in _mms(linear, layer.qkv, h))
         cos, sin, half = rotary
         q, k = q * cos + q.roll(half, -1) * sin, k * cos + k.roll(half, -1) * sin
-        k_buffer.scatter_(2, at, k)
-        v_buffer.scatter_(2, at, v)
+        if isinstance(at, int):
+            k_buffer[:, :, at : at + s] = k
+            v_buffer[:, :, at : at + s] = v
+        else:
+            k_buffer.scatter_(2, at, k)
+            v_buffer.scatter_(2, at, v)
         key, value = k_buffer[:, :, :columns], v_buffer[:, :, :columns]
         out = attention.grouped_sdpa(q, key, value, mask, g, 0.0, self.scaling)  # [B, H, S, D]
         if detoured is not None:

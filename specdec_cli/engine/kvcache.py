@@ -260,7 +260,10 @@ class KVCache:
         decoder = self.lm.decoder if self.decoder and not self.sliding else None
         if decoder is not None:  # the same logits, without transformers' framework (decoder.py)
             layers = self.cache.layers
-            out = decoder(ids, [t.keys for t in layers], [t.values for t in layers], self.at, self.columns, visible,
+            # every row writing the same columns: a slice (an int; a compiled graph takes the tensor,
+            # since an int that changes every step would trace it again)
+            at = lengths[0] if len(set(lengths)) == 1 and not self.lm.compiled else self.at
+            out = decoder(ids, [t.keys for t in layers], [t.values for t in layers], at, self.columns, visible,
                           positions, detours, features)
         else:
             with grouped_attention(ids.device.type == "cpu", detours):

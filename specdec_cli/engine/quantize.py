@@ -8,6 +8,7 @@ import warnings
 
 import torch
 
+from specdec_cli.engine.fused import FUSED, Shared
 from specdec_cli.errors import SpecdecError
 
 
@@ -77,15 +78,12 @@ def _packed(w: torch.Tensor, kernel: str) -> tuple[object, torch.Tensor]:
         return torch.ops.quantized.linear_prepack(q, None), scale
 
 
-FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # projections of one input, by name
-
-
-class RowInt8Fused(RowInt8Linear):
+class RowInt8Fused(Shared, RowInt8Linear):
     """Linear layers that read the same input (a layer's q/k/v, an MLP's gate/up) as one int8
     matmul: on a CPU, one call of 2048 output channels costs what one of 1536 does, and the input
     is scaled once. Bitwise the separate layers: the per-row input scale is the same, each output
     channel keeps its own weight scale, and the int32 sums are exact. `split` gives every part's
-    output; the parts (RowInt8Part) stay in the model for transformers' forward."""
+    output; the parts (RowInt8Part) stay in the model for transformers' forward (fused.Shared)."""
 
     def __init__(self, layers: list[torch.nn.Linear], kernel: str = "onednn") -> None:
         torch.nn.Module.__init__(self)
@@ -98,23 +96,10 @@ class RowInt8Fused(RowInt8Linear):
             torch.cat([(b if b is not None else torch.zeros(m.out_features)).detach().float()
                        for b, m in zip(biases, layers)]), requires_grad=False)
         self.weight = None
-        self._last: tuple[torch.Tensor, list[torch.Tensor], set[int]] | None = None
 
     def split(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Every part's output for `x`, in the order the layers were given (views of one product)."""
         return list(self.forward(x).split(self.sizes, -1))
-
-    def part(self, x: torch.Tensor, i: int) -> torch.Tensor:
-        """Part i's output for `x`. transformers' forward calls the parts one after another on
-        the same input tensor: the first call computes them all, the others take theirs, and the
-        product is let go once every part has taken its own (any other call computes anew)."""
-        if self._last is None or self._last[0] is not x or i in self._last[2]:
-            self._last = (x, self.split(x), set())
-        _, outputs, taken = self._last
-        taken.add(i)
-        if len(taken) == len(self.sizes):
-            self._last = None
-        return outputs[i]
 
 
 class RowInt8Part(torch.nn.Module):
