@@ -188,18 +188,36 @@ def test_a_compiled_bench_names_the_width_1_greedy_it_beat_or_lost_to(run, write
 
 
 @pytest.mark.parametrize("where", ["card", "option"])
-@pytest.mark.parametrize("value", ["packed", "all"])
-def test_compile_refuses_a_forced_matmul_form(run, write_card, where, value):
+def test_compile_refuses_the_weight_major_audit(run, write_card, where):
     if where == "card":
-        card, args = tiny_card(write_card, compile=True, matmuls=value), []
+        card, args = tiny_card(write_card, compile=True, matmuls="all"), []
         expected, named = f"{card}: decoding.compile: true", "decoding.matmuls"
     else:
-        card, args = tiny_card(write_card), ["--compile", "--matmuls", value]
+        card, args = tiny_card(write_card), ["--compile", "--matmuls", "all"]
         expected, named = "command line: --compile: true", "--matmuls"
     r = run("generate", "-c", card, *args, "hello")
     assert r.exit_code == 2 and r.stdout == ""
-    assert r.stderr.strip() == (f"Error: {expected} chooses its own matmuls (inductor prepacks the weights), "
-                                f"got {named}: {value}; use measure or off")
+    assert r.stderr.strip() == (f"Error: {expected} takes inductor's matmuls or the prepacked weights, "
+                                f"got {named}: all; use measure, off or packed")
+
+
+def test_a_compiled_packed_target_calls_the_prepacked_weights_and_speculation_equals_its_greedy(write_card, one_thread):
+    """compile with matmuls: packed: the compiled graph calls oneDNN's prepacked weights (the
+    opaque op specdec::packed_linear, once per q/k/v, o, gate/up and down of each layer), the
+    plain weights are freed, and speculative output equals the compiled greedy's. Keyed apart
+    from inductor's own forms."""
+    from specdec_cli.engine import costs
+
+    pair = load_pair(load_card(str(tiny_card(write_card, compile=True, matmuls="packed", shapes="pinned"))))
+    assert pair.target.compiled and pair.policy.as_dict()["matmuls"] == "packed" and pair.target.forms.whole
+    assert costs.matmuls(pair.target) == "compiled packed"
+    prompt = [5, 9, 5, 9, 17, 5, 9, 5]
+    greedy = pair.greedy(prompt, 12, 3)
+    spec = pair.spec(prompt, 3, 12)
+    assert spec.tokens == greedy.tokens and len(greedy.tokens) == 12
+    with torch.profiler.profile() as p:  # two decode forwards (the prefill runs eagerly, oneDNN's op itself)
+        pair.greedy(prompt, 2, 3)
+    assert sum(e.name == "specdec::packed_linear" for e in p.events()) == 2 * 4 * pair.target.config.num_hidden_layers
 
 
 def test_compile_must_be_a_boolean(run, write_card):

@@ -95,9 +95,9 @@ def test_the_packed_world_computes_the_layers_that_read_one_input_as_one_product
             reference = plain.model.get_submodule(names[id(layer)])(x)
             assert out.shape == reference.shape and torch.allclose(out, reference, atol=1e-5, rtol=1e-5)
     made = []
-    real = kernels.PackedGroup.split
+    real = kernels.PackedGroup.forward
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kernels.PackedGroup, "split", lambda group, x: made.append(group) or real(group, x))
+        mp.setattr(kernels.PackedGroup, "forward", lambda group, x: made.append(group) or real(group, x))
         for decoder in (True, False):
             made.clear()
             cache = KVCache(lm, decoder=decoder)

@@ -30,7 +30,8 @@ MATMULS = typer.Option(None, "--matmuls", help="A CPU target's matmul forms (flo
 COMPILE = typer.Option(None, "--compile/--no-compile", help="Compile the decode forwards with PyTorch's inductor: "
                        "cheaper steps after a compile per forward shape (free: widths 1..k+1; pinned: k+1), done "
                        "before timing starts; tens of seconds the first time on a machine, cached in specdec's cache "
-                       "directory for later runs. Overrides the card.")
+                       "directory for later runs. Inductor chooses the matmuls; with --matmuls packed the compiled "
+                       "forward calls oneDNN's prepacked weights. Overrides the card.")
 TREE = typer.Option(None, "--tree/--chain", help="Let a draft that can propose a token tree do so (prompt lookup: "
                     "every earlier match merged; features: the likeliest other tokens beside the chain); the target "
                     "verifies the tree in one forward and keeps its longest agreeing path. Free shapes. Overrides the card.")

@@ -230,9 +230,9 @@ def model_name(ref: str) -> str:
 
 def matmuls(target) -> str:
     """The target's matmul mode (kernels.ForwardPolicy): what its profile was measured under."""
-    if getattr(target, "compiled", False):
-        return "compiled"  # decoding.compile: inductor's forms, timed through the compiled forwards
     switch = getattr(target, "forms", None)
+    if getattr(target, "compiled", False):  # decoding.compile: timed through the compiled forwards
+        return "compiled" if switch is None else f"compiled {switch.mode}"  # inductor's forms, or the prepacked
     return switch.mode if switch is not None else "off"
 
 

@@ -49,12 +49,9 @@ def unsupported(model) -> str | None:
 
 
 def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """LlamaRMSNorm.forward, op for op."""
-    dtype = x.dtype
-    x = x.to(torch.float32)
-    variance = x.pow(2).mean(-1, keepdim=True)
-    x = x * torch.rsqrt(variance + eps)
-    return weight * x.to(dtype)
+    """LlamaRMSNorm.forward, bitwise: torch's rms_norm runs its ops in C++ (to float32, pow,
+    mean, add eps, rsqrt, mul, back to x's dtype), the weight multiplied after, as Llama does."""
+    return weight * torch.rms_norm(x, (x.shape[-1],), None, eps)
 
 
 def _rotary(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -79,6 +76,14 @@ def _group(layers: tuple) -> tuple | RowInt8Fused | kernels.PackedGroup:
         return fused
     group = getattr(layers[0], "group", None)
     return group if group is not None and group.layers == tuple(layers) else layers
+
+
+def _joined(linear, group: tuple | RowInt8Fused | kernels.PackedGroup, x: torch.Tensor) -> torch.Tensor:
+    """x through every layer of a `_group`, the outputs side by side [..., sum of outputs]: one
+    product where the group is one, else the layers' own, joined."""
+    if type(group) is RowInt8Fused or type(group) is kernels.PackedGroup and linear is kernels.packed:
+        return group.forward(x)
+    return torch.cat([_mm(linear, m, x) for m in (group.layers if type(group) is kernels.PackedGroup else group)], -1)
 
 
 def _mms(linear, group: tuple | RowInt8Fused | kernels.PackedGroup, x: torch.Tensor) -> list[torch.Tensor]:
@@ -129,7 +134,7 @@ class Decoder:
         [B, 1, S, columns] says; `positions` [B, S] are the rotary positions."""
         b, s = ids.shape
         x = self.embed(ids)
-        rotary = _rotary(*(t.unsqueeze(1) for t in self.rotary(x, positions)))  # cos, sin [B, 1, S, D]
+        rotary = _rotary(*(t.unsqueeze(2) for t in self.rotary(x, positions)))  # cos, sin [B, S, 1, D]
         g = self.groups
         # The mask grouped_attention makes once per forward, as sdpa turns a boolean one into scores
         # to add (0 or -inf) in every call: the same scores, made once.
@@ -160,10 +165,12 @@ class Decoder:
     def _attend(self, layer, linear, h, k_buffer, v_buffer, at, columns, mask, rotary, g, detoured):
         """LlamaAttention.forward with KVLayer.update and grouped_attention's sdpa inlined."""
         b, s, _ = h.shape
-        shape = (b, s, -1, self.head_dim)
-        q, k, v = (y.view(shape).transpose(1, 2) for y in _mms(linear, layer.qkv, h))
-        cos, sin, half = rotary
-        q, k = q * cos + q.roll(half, -1) * sin, k * cos + k.roll(half, -1) * sin
+        qkv = _joined(linear, layer.qkv, h).view(b, s, -1, self.head_dim)  # [B, S, H + 2 KV, D]
+        kv = k_buffer.shape[1]
+        qk, v = qkv[:, :, : -kv], qkv[:, :, -kv:].transpose(1, 2)
+        cos, sin, half = rotary  # q's and k's heads turned at once: the same ops, element by element
+        qk = qk * cos + qk.roll(half, -1) * sin
+        q, k = qk[:, :, : -kv].transpose(1, 2), qk[:, :, -kv:].transpose(1, 2)  # [B, H, S, D], [B, KV, S, D]
         if isinstance(at, int):
             k_buffer[:, :, at : at + s] = k
             v_buffer[:, :, at : at + s] = v

@@ -234,11 +234,13 @@ class PackedGroup(Shared):
                                    for m in self.layers])
         return torch.cat([m.weight.detach() for m in self.layers])
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in] -> every layer's output, side by side [..., sum of outputs]."""
+        return prepacked(x, self.layers[0].switch.pack(self), self.bias, sum(self.sizes))
+
     def split(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Every layer's output for `x`, in order (views of one product)."""
-        pack = self.layers[0].switch.pack(self)
-        y = torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack, self.bias, "none", [], "")
-        return list(y.split(self.sizes, -1))
+        return list(self.forward(x).split(self.sizes, -1))
 
 
 def _group(parent: torch.nn.Module) -> None:
@@ -351,7 +353,27 @@ def packed(layer: SwitchedLinear, x: torch.Tensor) -> torch.Tensor:
     if not layer.packable:
         major = layer.switch.major(*layer.switch.shape(x))
         return weight_major(layer, x) if major else F.linear(x, layer.weight, layer.bias)
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), layer.switch.pack(layer), layer.bias, "none", [], "")
+    return prepacked(x, layer.switch.pack(layer), layer.bias, layer.out_features)
+
+
+def prepacked(x: torch.Tensor, pack: torch.Tensor, bias: torch.Tensor | None, out: int) -> torch.Tensor:
+    """x [..., in] -> [..., out] through oneDNN's prepacked weight `pack`; in a graph being
+    compiled, as the opaque op `specdec::packed_linear` (inductor lowers oneDNN's linear only
+    over weights it froze and packed itself), called as is from the compiled code."""
+    if torch.compiler.is_compiling():
+        return _packed_linear(x, pack, bias, out)
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack, bias, "none", [], "")
+
+
+@torch.library.custom_op("specdec::packed_linear", mutates_args=(),
+                         schema="(Tensor x, Tensor pack, Tensor? bias, SymInt out) -> Tensor")
+def _packed_linear(x, pack, bias, out):
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack, bias, "none", [], "")
+
+
+@_packed_linear.register_fake
+def _(x, pack, bias, out):
+    return x.new_empty(*x.shape[:-1], out)
 
 
 def weight_major(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:

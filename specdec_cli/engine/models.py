@@ -195,16 +195,17 @@ class HFLM:
                   on_compile: Callable[[tuple], ContextManager] | None = None) -> kernels.ForwardPolicy:
         """Set how every later forward runs, once, when the pair is loaded: `shapes` (pinned or
         free), `matmuls` (a CPU target's forms: measure, all, packed; off = F.linear),
-        `compile` (inductor for the decode forwards; it chooses the matmuls), `on_compile`: a
-        context entered around each shape's compile (rows, W, capacity), for a caller to show it.
+        `compile` (inductor for the decode forwards; it chooses the matmuls, but for matmuls:
+        packed, whose prepacked weights the compiled forward calls), `on_compile`: a context
+        entered around each shape's compile (rows, W, capacity), for a caller to show it.
         packed frees the plain weights (kernels.WeightMajor.pack_all): check can_pack first."""
         switch = None
+        if matmuls != "off":
+            switch = kernels.install(self.model, matmuls)  # F.linear until the cost profile chooses (packed: now)
+            self._decoder = False  # built again over the switched layers (it holds its layers' modules)
         if compile:  # the decoder's forward where it runs (less to trace than transformers'), else the model's
             self._compiled = kernels.compiled(self.decoder or self.model)
             self._compiling = on_compile or _quietly
-        elif matmuls != "off":
-            switch = kernels.install(self.model, matmuls)  # F.linear until the cost profile chooses (packed: now)
-            self._decoder = False  # built again over the switched layers (it holds its layers' modules)
         self._policy = kernels.ForwardPolicy(shapes, matmuls if switch is not None else "off", switch, compile)
         return self._policy
 

@@ -34,8 +34,9 @@ def forward_policy(card: Card, target, dtype: torch.dtype, on_compile=None) -> k
         shapes = "free"
     if not isinstance(target, HFLM):
         return kernels.ForwardPolicy(shapes, "off")
-    # the matmul forms are a CPU target's; inductor chooses the compiled forward's
-    forms = card.matmuls if target.device.type == "cpu" and not card.device_map and not card.compile else "off"
+    # the matmul forms are a CPU target's; inductor chooses the compiled forward's, but for the prepacked weights
+    forms = card.matmuls if target.device.type == "cpu" and not card.device_map and (
+        not card.compile or card.matmuls == "packed") else "off"
     if forms == "packed" and not target.can_pack():  # every forward prepacked: the plain weights go (kernels.py)
         raise SpecdecError(f"{card.path}: decoding.matmuls: packed needs a float32 target, or a bfloat16 one on a "
                            f"CPU with oneDNN's bfloat16 kernels, and a torch with oneDNN (this target is "
