@@ -62,6 +62,17 @@ def test_a_cached_profile_is_checked_against_the_machine_now(monkeypatch, capsys
     assert (said in err) if said else err == ""
 
 
+def test_a_compiled_target_gets_no_start_up_check(monkeypatch):
+    """Its one-token step would be a graph of its own, read back or compiled in every process."""
+    class Compiled(ToyLM):
+        compiled = True
+
+    monkeypatch.setattr(costs, "measure_target", measured(lambda w: [[0.05] * w] * 2))
+    costs.profile(Compiled(16), "toy-compiled", None, {})
+    monkeypatch.setattr(costs, "forward_seconds", lambda *a, **k: pytest.fail("timed a compiled step"))
+    assert costs.profile(Compiled(16), "toy-compiled", None, {}).cached
+
+
 def test_a_fast_target_gets_no_start_up_check(monkeypatch):
     """A toy's steps are too short to time against (below CHECKED_STEP_S): no check, no noise."""
     monkeypatch.setattr(costs, "measure_target", lambda target, widths: ([64], [[0.001] * widths], ([], []), [], [[0.0] * widths]))

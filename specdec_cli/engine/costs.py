@@ -29,7 +29,7 @@ from specdec_cli.engine.cost_profile import BUSY_SPREAD, CHECKED_STEP_S, CostPro
 from specdec_cli.engine.kvcache import KVCache, capacity_for
 from specdec_cli.files import cache_dir, write_text_atomic
 
-VERSION = 16  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too; 7: padded widths; 8: spread; 9: one world of forms, plain or packed; 10: a batch's world; 11: the decode forward without transformers' framework, decoder.py; 12: a draft's int8 layers are RowInt8Linear; 13: int8 q/k/v and gate/up fused, RowInt8Fused; 14: int8 layers through oneDNN; 15: bfloat16 times the prepacked form; 16: the packed world's LM head in W @ xᵀ)
+VERSION = 17  # bump when the file's meaning changes: old files are then re-measured (2: weight_major; 3: medians; 4: batch_weight_major; 5: batch_packed; 6: every width's form, the greedy step's too; 7: padded widths; 8: spread; 9: one world of forms, plain or packed; 10: a batch's world; 11: the decode forward without transformers' framework, decoder.py; 12: a draft's int8 layers are RowInt8Linear; 13: int8 q/k/v and gate/up fused, RowInt8Fused; 14: int8 layers through oneDNN; 15: bfloat16 times the prepacked form; 16: the packed world's LM head in W @ xᵀ; 17: q/k/v and gate/up prepacked as one weight each, K/V written as slices)
 PROBE_REPEATS = 5  # timed forwards per width; the median is kept (see forward_seconds)
 MIN_WIDTHS = 5  # measure at least n = 1..5 (k = 4); a larger k extends the profile when asked
 SLOW_STEP_S = 0.15  # a target this slow per token (a 1B+ model on a CPU) gets 3 tries per width
@@ -354,8 +354,10 @@ def measured_while_busy(target, found: CostProfile) -> bool:
     """A quick check of a cached profile against this machine now (3 one-token steps after the
     short context): a step now much faster than the cached one means the profile was measured
     while something else ran, so it is measured again (one warning). A step now much slower
-    means the machine is busy now: said once, and the profile kept."""
-    if found.step_s < CHECKED_STEP_S or not found.timed:
+    means the machine is busy now: said once, and the profile kept. Not for a compiled target:
+    its one-token step is a graph of its own, which a pinned run never takes (5 s to read back
+    from inductor's cache in every process, 20 s and more to compile on a machine's first run)."""
+    if found.step_s < CHECKED_STEP_S or not found.timed or getattr(target, "compiled", False):
         return False
     now = forward_seconds([(target, 1)], probe_ids(target, found.contexts[0]), repeats=3)[0]
     if now * DRIFT < found.step_s:

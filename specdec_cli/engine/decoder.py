@@ -130,8 +130,9 @@ class Decoder:
         [B, S, T * H], taps.py).
         Layer i's new K/V are written into keys[i] / values[i] [rows, KV, capacity, D] at the
         columns `at` [B, 1, S, 1] (an int: every row at columns at .. at + S - 1, a slice
-        written in one copy, where a scatter cost some 40 µs a layer); each query sees its first `columns` columns where `visible`
-        [B, 1, S, columns] says; `positions` [B, S] are the rotary positions."""
+        written in one copy, where a scatter cost some 40 µs a layer); each query sees its first
+        `columns` columns where `visible` [B, 1, S, columns] says; `positions` [B, S] are the
+        rotary positions."""
         b, s = ids.shape
         x = self.embed(ids)
         rotary = _rotary(*(t.unsqueeze(2) for t in self.rotary(x, positions)))  # cos, sin [B, S, 1, D]

@@ -29,7 +29,7 @@ from specdec_cli.files import cache_dir, write_text_atomic
 
 CLEAR_WIN = 0.85  # bfloat16 must take at most this share of float32's time (a tie keeps float32's precision)
 WIDTH = 5  # rounds of widths 1..5 (k = 4, the cards' default); bfloat16's pinned forwards at W = 5
-VERSION = 3  # bump when a file's meaning changes: older choices are measured again (2: bfloat16 prepacked; 3: rounds' widths averaged)
+VERSION = 4  # bump when a file's meaning changes: older choices are measured again (2: bfloat16 prepacked; 3: rounds' widths averaged; 4: prepacked q/k/v and gate/up as one weight each)
 CHOICES = ("float32", "bfloat16")
 
 

@@ -13,7 +13,8 @@ kernels on the CPU: can_pack):
     all      W @ xᵀ at every width 1..k+1 (the greedy step's too) and every batched [rows, n >= 2],
              untimed (an exactness audit of that form)
     packed   oneDNN's prepacked weights for every forward, prefill included, untimed (likewise); the
-             plain weights are then freed: one copy in memory
+             plain weights are then freed: one copy in memory. A layer's q/k/v and an MLP's
+             gate/up are packed as one weight each (PackedGroup), in whichever way packed comes
 The LM head keeps its plain weight and never takes the prepacked form (a tied embedding or a
 features draft reads that weight: a packed copy would be a second one); in the packed world it
 takes F.linear or, at the widths where that measured faster, W @ xᵀ.
@@ -305,7 +306,8 @@ def compiled(forward: Callable) -> Callable:
     graph per width traced each of them again in every process. The weights are read from the
     eager model's own parameters (one copy), not frozen: inductor's on-disk caches (FX graphs, AOT
     autograd; keyed by graph, shapes, dtype and torch version) then serve every later process from
-    specdec's cache (compile_cache), so a graph compiles once per machine (docs/kernels.md)."""
+    specdec's cache (compile_cache), so a graph compiles once per machine (docs/kernels.md). In
+    the packed world the graph calls the prepacked weights (`prepacked`)."""
     compile_cache()
     return torch.compile(forward, dynamic=None)
 
