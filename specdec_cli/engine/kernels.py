@@ -13,8 +13,9 @@ kernels on the CPU: can_pack):
     all      W @ xᵀ at every width 1..k+1 (the greedy step's too) and every batched [rows, n >= 2],
              untimed (an exactness audit of that form)
     packed   oneDNN's prepacked weights for every forward, prefill included, untimed (likewise); the
-             plain weights are then freed: one copy in memory. A layer's q/k/v and an MLP's
-             gate/up are packed as one weight each (PackedGroup), in whichever way packed comes
+             plain weights are then freed: one copy in memory. In the prepacked weights (asked
+             for, or chosen by measure) a layer's q/k/v and an MLP's gate/up are one weight each
+             (PackedGroup)
 The LM head keeps its plain weight and never takes the prepacked form (a tied embedding or a
 features draft reads that weight: a packed copy would be a second one); in the packed world it
 takes F.linear or, at the widths where that measured faster, W @ xᵀ.
