@@ -78,19 +78,28 @@ def _group(layers: tuple) -> tuple | RowInt8Fused | kernels.PackedGroup:
     return group if group is not None and group.layers == tuple(layers) else layers
 
 
+def _one(linear, group: tuple | RowInt8Fused | kernels.PackedGroup) -> RowInt8Fused | kernels.PackedGroup | None:
+    """The group as one product in this forward's form (int8 always, prepacked in the packed
+    world), else None: its layers compute one by one."""
+    one = type(group) is RowInt8Fused or type(group) is kernels.PackedGroup and linear is kernels.packed
+    return group if one else None
+
+
+def _each(linear, group: tuple | RowInt8Fused | kernels.PackedGroup, x: torch.Tensor) -> list[torch.Tensor]:
+    """x through each layer of a group that is not one product here (_one)."""
+    return [_mm(linear, m, x) for m in (group.layers if type(group) is kernels.PackedGroup else group)]
+
+
 def _joined(linear, group: tuple | RowInt8Fused | kernels.PackedGroup, x: torch.Tensor) -> torch.Tensor:
-    """x through every layer of a `_group`, the outputs side by side [..., sum of outputs]: one
-    product where the group is one, else the layers' own, joined."""
-    if type(group) is RowInt8Fused or type(group) is kernels.PackedGroup and linear is kernels.packed:
-        return group.forward(x)
-    return torch.cat([_mm(linear, m, x) for m in (group.layers if type(group) is kernels.PackedGroup else group)], -1)
+    """x through every layer of a `_group`, the outputs side by side [..., sum of outputs]."""
+    one = _one(linear, group)
+    return one.forward(x) if one is not None else torch.cat(_each(linear, group, x), -1)
 
 
 def _mms(linear, group: tuple | RowInt8Fused | kernels.PackedGroup, x: torch.Tensor) -> list[torch.Tensor]:
     """x through each layer of a `_group`."""
-    if type(group) is RowInt8Fused or type(group) is kernels.PackedGroup and linear is kernels.packed:
-        return group.split(x)
-    return [_mm(linear, m, x) for m in (group.layers if type(group) is kernels.PackedGroup else group)]
+    one = _one(linear, group)
+    return one.split(x) if one is not None else _each(linear, group, x)
 
 
 @dataclass(frozen=True)

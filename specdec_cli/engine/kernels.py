@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from specdec_cli import settings
 from specdec_cli.engine import memory
-from specdec_cli.engine.fused import FUSED, Shared
+from specdec_cli.engine.fused import Shared, groups
 from specdec_cli.engine.memory import give_back
 from specdec_cli.files import cache_dir
 
@@ -155,7 +155,7 @@ class WeightMajor:
         self.whole = True
         for layer in self.layers:
             if layer.packable and layer.weight.numel():
-                self.pack(layer.group or layer)  # a group is packed at its first layer, before any of its weights is freed
+                self.pack(layer.group or layer)  # a group: at its first layer, before any of its weights goes
                 layer.weight = torch.nn.Parameter(layer.weight.new_empty(0), requires_grad=False)
         give_back()  # the plain weights just freed
 
@@ -240,19 +240,6 @@ class PackedGroup(Shared):
         """x [..., in] -> every layer's output, side by side [..., sum of outputs]."""
         return prepacked(x, self.layers[0].switch.pack(self), self.bias, sum(self.sizes))
 
-    def split(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Every layer's output for `x`, in order (views of one product)."""
-        return list(self.forward(x).split(self.sizes, -1))
-
-
-def _group(parent: torch.nn.Module) -> None:
-    """The SwitchedLinear children of `parent` that read one input (fused.FUSED), grouped."""
-    for names in FUSED:
-        layers = [getattr(parent, name, None) for name in names]
-        if all(type(m) is SwitchedLinear and m.packable for m in layers) and len(
-                {(m.in_features, m.weight.dtype, m.weight.device) for m in layers}) == 1:
-            PackedGroup(layers)
-
 
 def install(model: torch.nn.Module, mode: str = "measure") -> WeightMajor:
     """Replace every plain nn.Linear of `model` by a SwitchedLinear on one new switch (module
@@ -267,7 +254,8 @@ def install(model: torch.nn.Module, mode: str = "measure") -> WeightMajor:
             elif type(child) is SwitchedLinear:  # installed before: the new switch decides now
                 child.switch = switch
                 switch.layers.append(child)
-        _group(parent)
+        for _, layers in groups(parent, lambda m: type(m) is SwitchedLinear and m.packable):
+            PackedGroup(layers)
     if mode == "packed":
         switch.pack_all()
     return switch
@@ -365,13 +353,17 @@ def prepacked(x: torch.Tensor, pack: torch.Tensor, bias: torch.Tensor | None, ou
     over weights it froze and packed itself), called as is from the compiled code."""
     if torch.compiler.is_compiling():
         return _packed_linear(x, pack, bias, out)
+    return _onednn_linear(x, pack, bias)
+
+
+def _onednn_linear(x: torch.Tensor, pack: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack, bias, "none", [], "")
 
 
 @torch.library.custom_op("specdec::packed_linear", mutates_args=(),
                          schema="(Tensor x, Tensor pack, Tensor? bias, SymInt out) -> Tensor")
 def _packed_linear(x, pack, bias, out):
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack, bias, "none", [], "")
+    return _onednn_linear(x, pack, bias)
 
 
 @_packed_linear.register_fake

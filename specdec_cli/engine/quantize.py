@@ -8,7 +8,7 @@ import warnings
 
 import torch
 
-from specdec_cli.engine.fused import FUSED, Shared
+from specdec_cli.engine.fused import Shared, groups
 from specdec_cli.errors import SpecdecError
 
 
@@ -97,10 +97,6 @@ class RowInt8Fused(Shared, RowInt8Linear):
                        for b, m in zip(biases, layers)]), requires_grad=False)
         self.weight = None
 
-    def split(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Every part's output for `x`, in the order the layers were given (views of one product)."""
-        return list(self.forward(x).split(self.sizes, -1))
-
 
 class RowInt8Part(torch.nn.Module):
     """One of a RowInt8Fused's layers, where the model's own forward calls it (module doc)."""
@@ -135,13 +131,11 @@ def quantize_int8(model: torch.nn.Module, head_weight: bool = True, kernel: str 
     keep = head if head_weight or tied else None
     replaced = 0
     for parent in list(model.modules()):
-        for names in FUSED:
-            layers = [getattr(parent, n, None) for n in names]
-            if all(type(m) is torch.nn.Linear for m in layers) and len({m.in_features for m in layers}) == 1:
-                fused = RowInt8Fused(layers, kernel)
-                for i, name in enumerate(names):
-                    setattr(parent, name, RowInt8Part(fused, i))
-                replaced += len(names)
+        for names, layers in groups(parent, lambda m: type(m) is torch.nn.Linear):
+            fused = RowInt8Fused(layers, kernel)
+            for i, name in enumerate(names):
+                setattr(parent, name, RowInt8Part(fused, i))
+            replaced += len(names)
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear:
                 setattr(parent, name, RowInt8Linear(child, keep=child is keep, kernel=kernel))
