@@ -102,6 +102,8 @@ CASES = [
          card=card(RANDOM, draft={"kind": "model", "model": "random:short.json", "revision": " "})),
     Case("ngram-order", "{card}: draft.min_ngram: must be <= max_ngram (2), got 3",
          card=card(draft={"kind": "prompt-lookup", "min_ngram": 3, "max_ngram": 2})),
+    Case("features-lookup-one", "{card}: draft.lookup: must be 0 (off) or an integer in 2..16, got 1",
+         card=card(RANDOM, draft={"kind": "features", "weights": "w.safetensors", "lookup": 1})),
     Case("device-map-bad-value", "{card}: device_map: must be auto (or left out: the whole target on one device), got 'balanced'",
          card=card(RANDOM, device_map="balanced")),
     Case("device-map-on-the-toy", "{card}: device_map: auto needs a checkpoint target (hub id, directory or .gguf), got target 'toy'",

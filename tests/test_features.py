@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdec_cli.loop.protocol import Draft
+from specdec_cli.loop.tree import check
 from specdec_cli.training import distill as D
 from specdec_cli.drafts import features_block as features
 from specdec_cli.cards.card import DraftSpec, load_card
@@ -323,6 +324,49 @@ def test_a_grown_tree_of_one_branch_is_the_greedy_chain_and_trees_stay_exact(tra
             d.begin(prompt)  # the prompt's features from a scratch forward
         ids, parents = one.propose_tree(prompt, 5)
         assert ids.tolist() == chain.propose(prompt, 5).tolist() and parents == (0, 1, 2, 3, 4)
+
+
+
+# ---------------------------------------------------------------------------- draft.lookup
+def copying_draft_of(pair, outcome, n: int = 3):
+    return build_draft(DraftSpec(kind="features", weights=str(outcome.weights), schedule="fixed", lookup=n), pair)
+
+
+def test_lookup_copies_what_followed_a_repeated_ngram_and_leaves_other_rounds_to_the_head(trained):
+    pair, outcome, _ = trained
+    repeated = list(b"dog cat cat")  # bytes are the tiny target's ids
+    unique = list(b"abcdefgh")  # no 2-gram occurs twice
+    copying, plain = copying_draft_of(pair, outcome), draft_of(pair, outcome)
+    with torch.inference_mode():
+        for d in (copying, plain):
+            d.begin(repeated)
+        assert copying.propose(repeated, 4).tolist() == list(b" cat")  # what followed "cat" (3 tokens) before
+        assert copying.context_key(repeated, 4) == 3 and copying.forwards == 0  # a copy runs no block
+        copying.begin(repeated)  # each proposal below is a round of its own
+        ids, parents = copying.propose_tree(repeated, 8)
+        assert ids[:4].tolist() == list(b" cat") and parents[:4] == (0, 1, 2, 3)  # the copy is the first chain
+        assert 4 < len(ids) <= 8 and copying.forwards > 0  # the head's tree grafted on where there was room
+        check(parents)
+        copying.begin(repeated)
+        tokens, q = copying.propose_sampled(repeated, 4, None, None)
+        assert tokens.tolist() == list(b" cat") and q is None  # deterministic: the loop makes q one-hot
+        for d in (copying, plain):
+            d.begin(unique)
+        assert copying.propose(unique, 4).tolist() == plain.propose(unique, 4).tolist()  # no match: the head
+        assert copying.context_key(unique, 4) == 0
+
+
+def test_lookup_keeps_speculative_equal_to_greedy_with_fewer_block_calls(trained):
+    pair, outcome, _ = trained
+    for trees in (False, True):
+        copying, plain = copying_draft_of(pair, outcome), draft_of(pair, outcome)
+        for text in ["the cat sat on the mat", "big red dog ran on a mat", "x"]:
+            prompt = pair.tokenizer.encode(text)
+            greedy = greedy_decode(pair.target, prompt, 40, NO_EOS).tokens
+            for k in (2, 4, 8):
+                assert speculative_decode(pair.target, copying, prompt, k, 40, NO_EOS, trees=trees).tokens == greedy
+                speculative_decode(pair.target, plain, prompt, k, 40, NO_EOS, trees=trees)
+        assert copying.forwards < plain.forwards, trees  # the random target's loops are copied
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec_cli.loop.tree import comb, settle
+from specdec_cli.loop.tree import comb, graft, settle
 from specdec_cli.drafts.model_draft import ModelDraft, _agreed
 from specdec_cli.drafts.lookup_draft import PromptLookupDraft, trie
 from specdec_cli.engine.kvcache import KVCache, SerialCache
@@ -107,6 +107,17 @@ def test_settle_keeps_the_k_best_nodes_and_lays_the_best_chain_out_first():
     assert settle(nodes, 7) == ([10, 20, 40, 11, 12, 21, 30], (0, 1, 2, 0, 0, 1, 4))
     tied = [(-0.0, -1, 1, 1), (-0.0, 0, 2, 2), (-0.0, 1, 3, 3)]  # certain tokens: a parent ties its child
     assert settle(tied, 2) == ([1, 2], (0, 1))
+
+
+
+def test_graft_lays_a_chain_out_first_and_merges_a_tree_into_it_by_path():
+    """A copied chain 5 6 7 first; the head's tree (5 and 9 at the root, 6 under 5, 8 under
+    that 6) merged by path: 5 and 5 -> 6 are the chain's slots, 9 and 5 -> 6 -> 8 new."""
+    assert graft([5, 6, 7], [5, 9, 6, 8], (0, 0, 1, 3), 8) == ([5, 6, 7, 9, 8], (0, 1, 2, 0, 2))
+    assert graft([5, 6, 7], [5, 9, 6, 8], (0, 0, 1, 3), 4) == ([5, 6, 7, 9], (0, 1, 2, 0))  # no room for 8
+    assert graft([5, 6, 7], [9, 6, 8], (0, 1, 2), 4) == ([5, 6, 7, 9], (0, 1, 2, 0))  # room for 9, not for what hangs on it
+    assert graft([], [5, 9, 6, 8], (0, 0, 1, 3), 8) == ([5, 9, 6, 8], (0, 0, 1, 3))  # no copy: the tree
+    assert graft([1, 2], [], (), 8) == ([1, 2], (0, 1))
 
 
 # ---------------------------------------------------------------------------- the cache's tree mask

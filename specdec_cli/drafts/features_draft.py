@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from specdec_cli.drafts.features_block import BlockCache, FeatureBlock
+from specdec_cli.drafts.lookup_draft import PromptLookupDraft
 from specdec_cli.loop.protocol import Draft
-from specdec_cli.loop.tree import settle
+from specdec_cli.loop.tree import graft, settle
 
 
 class Head:
@@ -43,6 +44,11 @@ class FeatureDraft(Draft):
       `pending_tokens` their tokens t_{j+1}. A proposal feeds them, so the draft never asks the
       target for anything: the loop hands it the features its forwards computed (begin: the
       prefill's; update: the verify's), as the draft declares `reads_features`.
+
+    With `lookup` = n >= 2 a round first looks the last n tokens (down to 2) up in the prompt and
+    output: where they occurred before, what followed them is the proposal (a tree: that chain
+    first, the head's own tree grafted on where it has room), else the head drafts alone. On
+    text that repeats itself a copy beats the head's guesses (docs/trees.md, measured).
     """
 
     runs_model = True  # step_seconds: one block call and the head
@@ -51,8 +57,10 @@ class FeatureDraft(Draft):
     trees = True  # propose_tree: a tree grown by cumulative draft probability (EAGLE-2)
     BEAM = 4  # a tree's nodes expanded per depth, and children ranked per expanded node
 
-    def __init__(self, lm, block: FeatureBlock, vocab_ids: torch.Tensor, name: str = "features", meta: dict | None = None):
+    def __init__(self, lm, block: FeatureBlock, vocab_ids: torch.Tensor, name: str = "features", meta: dict | None = None,
+                 lookup: int = 0):
         self.lm, self.block, self.name, self.meta = lm, block, name, meta or {}
+        self.ngrams = PromptLookupDraft(lm.device, lookup, 2) if lookup else None  # draft.lookup's n-gram match
         self.reads_features = tuple(block.cfg.taps)  # the loop asks the target's forwards for these
         self.embed = lm.model.get_input_embeddings()  # the target's own module: shared
         self.head = Head(lm, vocab_ids)
@@ -74,16 +82,27 @@ class FeatureDraft(Draft):
         self.pending_tokens = [torch.tensor(prompt[1:], device=w.device)]
 
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
+        copied = self._copied(tokens, k)
+        if copied:
+            self._feed()  # the true pairs still go into the block's cache
+            return self._on_device(copied)
         return self._propose(tokens, k, None, None)[0]
+
+    def context_key(self, tokens: list[int], k: int) -> int:
+        """The matched n-gram's length when a round copies it (0: the head drafts): the cost
+        schedule learns the two kinds of round apart."""
+        return self.ngrams.context_key(tokens, k) if self.ngrams else 0
 
     def propose_tree(self, tokens: list[int], k: int) -> tuple[torch.Tensor, tuple[int, ...]]:
         """A token tree of at most k nodes grown as EAGLE-2 does: at each depth the BEAM likeliest
         children of every expanded node are candidates, scored by cumulative draft log-probability;
         the BEAM best new ones are expanded in one block call (FeatureBlock.branch), while any can
-        still rank among the k best; the k best candidates are kept (loop/tree.settle)."""
+        still rank among the k best; the k best candidates are kept (loop/tree.settle). With a
+        lookup match its copy is the first chain and the grown tree is grafted on (loop/tree.graft)."""
         h = self._feed()
-        if k == 0 or h is None:
-            return torch.empty(0, dtype=torch.long, device=self.head.weight.device), ()
+        copied = self._copied(tokens, k)
+        if k == 0 or h is None or len(copied) == k:  # nothing to draft from, or the copy fills the tree
+            return self._on_device(copied), tuple(range(len(copied)))
         nodes, frontier, logp = [], [-1], self.head(h).float().log_softmax(-1)  # logp [m, N]: the frontier's children
         past_k, past_v = self.cache.k[:, :, :0], self.cache.v[:, :, :0]  # the frontier's ancestors' pairs [m, heads, a, d]
         for depth in range(1, k + 1):
@@ -106,11 +125,17 @@ class FeatureDraft(Draft):
             frontier, logp = [first + c for c in pick], self.head(h).float().log_softmax(-1)
         self.forwards += depth
         ids, parents = settle(nodes, k)
-        return torch.tensor(ids, device=self.head.weight.device), parents
+        if copied:
+            ids, parents = graft(copied, ids, parents, k)
+        return self._on_device(ids), parents
 
     def propose_sampled(self, tokens: list[int], k: int, warp, generator):
         """Tokens drawn from the draft's warped distribution q; q [d, V] over the target's
         vocabulary (zero outside the draft vocabulary)."""
+        copied = self._copied(tokens, k)
+        if copied:  # deterministic: q is one-hot (the loop makes it)
+            self._feed()
+            return self._on_device(copied), None
         proposal, q, _ = self._propose(tokens, k, warp, generator)
         if q is None or self.head.prefix:
             return proposal, q  # a prefix vocabulary: the loop pads q with zeros beyond it
@@ -150,6 +175,14 @@ class FeatureDraft(Draft):
         return min(times)
 
     # -- internals -------------------------------------------------------------------------
+    def _copied(self, tokens: list[int], k: int) -> list[int]:
+        """What followed the latest earlier occurrence of the last n tokens (n = lookup..2), up
+        to k; [] without lookup or a match (PromptLookupDraft keeps the round's match)."""
+        return self.ngrams.lookup(tokens, k) if self.ngrams else []
+
+    def _on_device(self, ids: list[int]) -> torch.Tensor:
+        return torch.tensor(ids, dtype=torch.long, device=self.head.weight.device)
+
     def _feed(self) -> torch.Tensor | None:
         """The true pairs not yet cached, fed and kept: the block's output at the last [1, H]
         (None: there are none, so nothing to draft from)."""

@@ -2,8 +2,10 @@
 EAGLE-3's fused layers where its weights name taps; features_draft.py runs it in the loop,
 features_block.py is the block and its weights file).
 
-    draft: {kind: features, weights: weights/smollm2-distilled.safetensors}
-A weights file fits one target (checked on load), and no serving engine reads it.
+    draft: {kind: features, weights: weights/smollm2-distilled.safetensors, lookup: 3}
+A weights file fits one target (checked on load), and no serving engine reads it. `lookup: n`
+(n >= 2; 0, the default: off) copies what followed an earlier occurrence of the last n tokens
+(down to 2) ahead of the head's own guesses (features_draft.py).
 """
 
 from __future__ import annotations
@@ -25,10 +27,18 @@ def weights_path(card, spec) -> Path:
     return path if path.is_absolute() else card.folder / path
 
 
+def ngram(v) -> str | None:
+    """draft.lookup's checker: 0, or an n-gram length a match is worth copying from (2..16)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not (v == 0 or 2 <= v <= 16):
+        return "must be 0 (off) or an integer in 2..16"
+    return None
+
+
 class Features(Kind):
     name = "features"
     target = "transformers"
-    fields = (Field("weights", text, required=True),)  # the .safetensors `specdec distill` wrote (relative: to the card)
+    fields = (Field("weights", text, required=True),  # the .safetensors `specdec distill` wrote (relative: to the card)
+              Field("lookup", ngram, 0))  # the longest n-gram copied (down to 2); 0: the head alone
     why_not = "specdec's own EAGLE-style weights file, which no engine reads"
 
     @property
@@ -38,7 +48,8 @@ class Features(Kind):
         return FeatureDraft
 
     def detail(self, spec) -> str:
-        return Path(spec.weights or "").stem
+        stem = Path(spec.weights or "").stem
+        return f"{stem}, lookup={spec.lookup}" if spec.lookup else stem
 
     def before_load(self, spec, card, target) -> None:
         from specdec_cli.drafts import features_block as features
@@ -57,4 +68,4 @@ class Features(Kind):
             block, vocab_ids, meta = features.load(path, pair.target)
         except SpecdecError as e:
             raise SpecdecError(f"{pair.card.path}: draft.weights: {path}: {e}") from None
-        return self.draft(pair.target, block, vocab_ids, name=name, meta=meta)
+        return self.draft(pair.target, block, vocab_ids, name=name, meta=meta, lookup=spec.lookup)

@@ -116,3 +116,27 @@ def settle(nodes: list[tuple[float, int, int, int]], k: int) -> tuple[list[int],
     slots = chain + sorted((i for i in kept if i not in on), key=lambda i: (nodes[i][3], -nodes[i][0]))
     slot = {-1: 0} | {node: s for s, node in enumerate(slots, 1)}
     return [nodes[i][2] for i in slots], tuple(slot[nodes[i][1]] for i in slots)
+
+
+def graft(first: list[int], ids: list[int], parents: tuple[int, ...], k: int) -> tuple[list[int], tuple[int, ...]]:
+    """(tokens, parents): the chain `first` laid out first (slots 1..len(first)), then the tree
+    (ids, parents) merged in by path (a node whose path is already there is that node) in the
+    tree's order while there is room: at most k nodes. A node left out leaves out its subtree."""
+    out, up, slot_of = [], [], {(): 0}  # slot_of: a path of tokens from the root -> its slot
+
+    def add(path: tuple[int, ...]) -> bool:
+        if path not in slot_of:
+            if len(out) == k:
+                return False
+            out.append(path[-1])
+            up.append(slot_of[path[:-1]])
+            slot_of[path] = len(out)
+        return True
+
+    for depth in range(1, len(first) + 1):
+        add(tuple(first[:depth]))
+    path_at = {0: ()}  # the tree's slot -> its path
+    for slot, (token, parent) in enumerate(zip(ids, parents), 1):
+        if parent in path_at and add((*path_at[parent], token)):
+            path_at[slot] = (*path_at[parent], token)
+    return out, tuple(up)
