@@ -301,6 +301,7 @@ def test_the_prepacked_form_is_timed_only_where_its_copy_fits_in_memory(monkeypa
     packed = sum(m.weight.numel() * 4 for m in lm.model.modules() if isinstance(m, torch.nn.Linear) and m is not head)
     seen = []
     monkeypatch.setattr(costs, "forward_seconds", lambda jobs, context, repeats=None: seen.extend(jobs) or [1.0] * len(jobs))
+    monkeypatch.setattr(costs, "_SAID", set())  # nothing said yet in this process
     for free, timed in ((None, True), (int(kernels.ROOM * packed), True), (int(kernels.ROOM * packed) - 1, False)):
         monkeypatch.setattr(memory, "available_bytes", lambda free=free: free)
         seen.clear()
@@ -309,4 +310,5 @@ def test_the_prepacked_form_is_timed_only_where_its_copy_fits_in_memory(monkeypa
         err = capsys.readouterr().err
         assert err == ("" if timed else "Warning: oneDNN's prepacked weights are not timed: a packed copy of the target's "
                        f"weights ({packed / 1e9:.1f} GB) does not fit in the {free / 1e9:.1f} GB available\n"), err
+    assert not costs.times_packed(lm) and capsys.readouterr().err == ""  # said once (a batch's rectangles ask again)
     assert lm.forms.packs == {} and not lm.forms.whole

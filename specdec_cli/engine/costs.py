@@ -188,7 +188,7 @@ def times_packed(target) -> bool:
         return False
     cramped = kernels.no_room_to_pack(target.model)
     if cramped:
-        _warn(f"oneDNN's prepacked weights are not timed: {cramped}")
+        _warn(f"oneDNN's prepacked weights are not timed: {cramped}", once=True)  # the one-row and batch timings both ask
     return not cramped
 
 
@@ -241,7 +241,13 @@ def _path(key: dict) -> Path:
     return cache_dir("costs") / f"{digest}.json"
 
 
-def _warn(message: str) -> None:
+_SAID: set[str] = set()  # the warnings said once per process (_warn's once)
+
+
+def _warn(message: str, once: bool = False) -> None:
+    if once and message in _SAID:
+        return
+    _SAID.add(message)
     print(f"Warning: {message}", file=sys.stderr)
 
 
