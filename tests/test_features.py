@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from specdec_cli.loop.decoding import greedy_decode, speculative_decode
 from specdec_cli.drafts import FeatureDraft
 from specdec_cli.pair.loading import build_draft, load_pair
 from specdec_cli.cards.prompts import SUITE, Prompt
-from specdec_cli.loop.sampling import Sampling, speculative_sample
+from specdec_cli.loop.sampling import Sampling, sample_decode, speculative_sample
+from specdec_cli.eval.stattest import homogeneity
 from specdec_cli.training.trainprompts import training_prompts
 from specdec_cli.engine.taps import FINAL, ONLY_FINAL
 from specdec_cli.errors import SpecdecError
@@ -367,6 +369,30 @@ def test_lookup_keeps_speculative_equal_to_greedy_with_fewer_block_calls(trained
                 assert speculative_decode(pair.target, copying, prompt, k, 40, NO_EOS, trees=trees).tokens == greedy
                 speculative_decode(pair.target, plain, prompt, k, 40, NO_EOS, trees=trees)
         assert copying.forwards < plain.forwards, trees  # the random target's loops are copied
+
+
+
+@pytest.mark.parametrize("trees", [False, True])
+def test_sampling_with_copied_rounds_matches_plain_sampling(trained, trees, monkeypatch):
+    """Three tokens drawn after a prompt whose last 3 tokens occurred before (the first round
+    copies, deterministic; later rounds may sample from the head), against plain sampling: the
+    same distribution (chi-square); a loop that takes the target's argmax instead of its draws fails."""
+    pair, outcome, _ = trained
+    prompt, warped = list(b"dog cat cat"), Sampling(temperature=0.8, top_k=4)
+    prefix = pair.prefill(prompt)
+    copying = copying_draft_of(pair, outcome)
+
+    def draws(spec: bool, n: int, seed: int) -> Counter:
+        g = torch.Generator().manual_seed(seed)
+        if spec:
+            return Counter(tuple(speculative_sample(pair.target, copying, prompt, 4, 3, NO_EOS, warped, g, prefix,
+                                                    trees=trees).tokens) for _ in range(n))
+        return Counter(tuple(sample_decode(pair.target, prompt, 3, NO_EOS, warped, g).tokens) for _ in range(n))
+
+    plain = draws(False, 1200, 1)
+    assert homogeneity(draws(True, 1200, 2), plain).p_value >= 1e-3
+    monkeypatch.setattr("specdec_cli.loop.sampling.sample", lambda probs, g: probs.argmax(-1))
+    assert homogeneity(draws(True, 300, 2), plain).p_value < 1e-6
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
