@@ -328,7 +328,6 @@ def test_a_grown_tree_of_one_branch_is_the_greedy_chain_and_trees_stay_exact(tra
         assert ids.tolist() == chain.propose(prompt, 5).tolist() and parents == (0, 1, 2, 3, 4)
 
 
-
 # ---------------------------------------------------------------------------- draft.lookup
 def copying_draft_of(pair, outcome, n: int = 3):
     return build_draft(DraftSpec(kind="features", weights=str(outcome.weights), schedule="fixed", lookup=n), pair)
@@ -369,7 +368,6 @@ def test_lookup_keeps_speculative_equal_to_greedy_with_fewer_block_calls(trained
                 assert speculative_decode(pair.target, copying, prompt, k, 40, NO_EOS, trees=trees).tokens == greedy
                 speculative_decode(pair.target, plain, prompt, k, 40, NO_EOS, trees=trees)
         assert copying.forwards < plain.forwards, trees  # the random target's loops are copied
-
 
 
 @pytest.mark.parametrize("trees", [False, True])

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 from specdec_cli.drafts.features_block import BlockCache, FeatureBlock
 from specdec_cli.drafts.lookup_draft import PromptLookupDraft
+from specdec_cli.engine.kvcache import to_device
+from specdec_cli.engine.trees import chain
 from specdec_cli.loop.protocol import Draft
 from specdec_cli.loop.tree import graft, settle
 
@@ -85,7 +87,7 @@ class FeatureDraft(Draft):
         copied = self._copied(tokens, k)
         if copied:
             self._feed()  # the true pairs still go into the block's cache
-            return self._on_device(copied)
+            return to_device(copied, self.head.weight.device)
         return self._propose(tokens, k, None, None)[0]
 
     def context_key(self, tokens: list[int], k: int) -> int:
@@ -102,7 +104,7 @@ class FeatureDraft(Draft):
         h = self._feed()
         copied = self._copied(tokens, k)
         if k == 0 or h is None or len(copied) == k:  # nothing to draft from, or the copy fills the tree
-            return self._on_device(copied), tuple(range(len(copied)))
+            return to_device(copied, self.head.weight.device), chain(len(copied))
         nodes, frontier, logp = [], [-1], self.head(h).float().log_softmax(-1)  # logp [m, N]: the frontier's children
         past_k, past_v = self.cache.k[:, :, :0], self.cache.v[:, :, :0]  # the frontier's ancestors' pairs [m, heads, a, d]
         for depth in range(1, k + 1):
@@ -127,7 +129,7 @@ class FeatureDraft(Draft):
         ids, parents = settle(nodes, k)
         if copied:
             ids, parents = graft(copied, ids, parents, k)
-        return self._on_device(ids), parents
+        return to_device(ids, self.head.weight.device), parents
 
     def propose_sampled(self, tokens: list[int], k: int, warp, generator):
         """Tokens drawn from the draft's warped distribution q; q [d, V] over the target's
@@ -135,7 +137,7 @@ class FeatureDraft(Draft):
         copied = self._copied(tokens, k)
         if copied:  # deterministic: q is one-hot (the loop makes it)
             self._feed()
-            return self._on_device(copied), None
+            return to_device(copied, self.head.weight.device), None
         proposal, q, _ = self._propose(tokens, k, warp, generator)
         if q is None or self.head.prefix:
             return proposal, q  # a prefix vocabulary: the loop pads q with zeros beyond it
@@ -179,9 +181,6 @@ class FeatureDraft(Draft):
         """What followed the latest earlier occurrence of the last n tokens (n = lookup..2), up
         to k; [] without lookup or a match (PromptLookupDraft keeps the round's match)."""
         return self.ngrams.lookup(tokens, k) if self.ngrams else []
-
-    def _on_device(self, ids: list[int]) -> torch.Tensor:
-        return torch.tensor(ids, dtype=torch.long, device=self.head.weight.device)
 
     def _feed(self) -> torch.Tensor | None:
         """The true pairs not yet cached, fed and kept: the block's output at the last [1, H]

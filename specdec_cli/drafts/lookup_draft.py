@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from specdec_cli.engine.kvcache import to_device
 from specdec_cli.loop.protocol import Draft
 
 MAX_PROPOSAL = 64  # cards.MAX_K: the longest continuation a lookup keeps
@@ -25,7 +26,6 @@ class PromptLookupDraft(Draft):
     def __init__(self, device, max_ngram: int = 3, min_ngram: int = 1, name: str = "prompt-lookup"):
         self.device, self.max_ngram, self.min_ngram, self.name = device, max_ngram, min_ngram, name
         self.forwards = 0
-        self.pin = torch.device(device).type == "cuda"  # pinned host memory: an async copy, no sync
         self._last: tuple = (None, 0, [])
 
     def begin(self, prompt: list[int], features: torch.Tensor | None = None) -> None:
@@ -57,19 +57,15 @@ class PromptLookupDraft(Draft):
         return self.match(tokens, k)[0]
 
     def propose(self, tokens: list[int], k: int) -> torch.Tensor:
-        return self._on_device(self.lookup(tokens, k)[:k])
+        return to_device(self.lookup(tokens, k)[:k], self.device)
 
     def propose_tree(self, tokens: list[int], k: int) -> tuple[torch.Tensor, tuple[int, ...]]:
         ids, parents = trie(tokens, k, self.max_ngram, self.min_ngram)
-        return self._on_device(ids), parents
+        return to_device(ids, self.device), parents
 
     def filler(self, tokens: list[int]) -> torch.Tensor:
         """One token to verify when nothing matched (schedule.Scheduled.fills): the last one."""
-        return self._on_device(tokens[-1:])
-
-    def _on_device(self, ids: list[int]) -> torch.Tensor:
-        proposal = torch.tensor(ids, dtype=torch.long)
-        return (proposal.pin_memory() if self.pin else proposal).to(self.device, non_blocking=True)
+        return to_device(tokens[-1:], self.device)
 
     def update(self, tokens: list[int], accepted: int, new: torch.Tensor | None = None,
                features: torch.Tensor | None = None) -> None:
