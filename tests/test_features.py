@@ -7,6 +7,7 @@ target the draft can learn to near 1.0 in a few seconds of training."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections import Counter
 from dataclasses import replace
@@ -29,6 +30,8 @@ from specdec_cli.pair.loading import build_draft, load_pair
 from specdec_cli.cards.prompts import SUITE, Prompt
 from specdec_cli.loop.sampling import Sampling, sample_decode, speculative_sample
 from specdec_cli.eval.stattest import homogeneity
+from specdec_cli.training.selfprompts import opening, self_prompts
+from specdec_cli.training.traindata import spread
 from specdec_cli.training.trainprompts import training_prompts
 from specdec_cli.engine.taps import FINAL, ONLY_FINAL
 from specdec_cli.errors import SpecdecError
@@ -461,6 +464,38 @@ def test_training_prompts_are_not_the_benchmark_prompts():
     assert len(texts) == len(set(texts)) >= 1000
     for bench in SUITE:
         assert all(bench.text not in t and t not in bench.text for t in texts), bench.id
+
+
+def test_spread_mixes_the_extra_prompts_evenly_and_keeps_both_orders():
+    base, extra = word_prompts(9), [Prompt(f"s{i}", f"own {i}", "self") for i in range(3)]
+    mixed = spread(base, extra)
+    assert [p.id for p in mixed] == ["p0", "p1", "s0", "p2", "p3", "p4", "s1", "p5", "p6", "p7", "s2", "p8"]
+    assert spread(base, []) == base
+
+
+@pytest.mark.slow
+def test_self_prompts_are_the_targets_own_requests_seeded_and_cached(smollm2_pair):
+    pair = smollm2_pair
+    first = self_prompts(pair, 6, seed=1, batch=8, max_new_tokens=40)
+    texts = [p.text for p in first]
+    assert len(texts) == len(set(texts)) == 6 and all(p.category == "self" and p.text.strip() == p.text for p in first)
+    start = opening(pair.tokenizer)
+    assert pair.tokenizer.tok.decode(start).endswith("<|im_start|>user\n")
+    cached = list(Path(os.environ["XDG_CACHE_HOME"], "specdec", "distill").glob("self-*.json"))
+    assert len(cached) == 1 and json.loads(cached[0].read_text()) == texts
+    cached[0].unlink()  # sampled again from the seed: the same requests
+    assert [p.text for p in self_prompts(pair, 6, seed=1, batch=8, max_new_tokens=40)] == texts
+    assert [p.text for p in self_prompts(pair, 6, seed=2, batch=8, max_new_tokens=40)] != texts
+
+
+def test_self_prompts_need_a_chat_template(run, tmp_path):
+    card = tiny_card(tmp_path)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n".join(p.text for p in word_prompts(12)))
+    r = run("distill", "-c", card, "--prompts-file", prompts, "--steps", 5, "--out", tmp_path / "o", "--self-prompts", 4)
+    assert_one_error(r, "command line: --self-prompts: the target's tokenizer has no chat template to open a user turn "
+                        "with", alone=False)
+    assert not (tmp_path / "o" / "model.safetensors").exists()
 
 
 # ---------------------------------------------------------------------------- the CLI

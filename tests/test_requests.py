@@ -160,6 +160,7 @@ def test_bench_prompts():
     ({"seed": -1}, "command line: --seed: must be an integer in 0..9223372036854775807, got -1"),
     ({"steps": 0}, "command line: --steps: must be an integer in 1..1000000000, got 0"),
     ({"prompts": 0}, "command line: --prompts: must be an integer in 1..1000000000, got 0"),
+    ({"self_prompts": -3}, "command line: --self-prompts: must be an integer in 0..1000000, got -3"),
 ])
 def test_distill_options(kwargs, message):
     with pytest.raises(SpecdecError) as e:
@@ -172,4 +173,7 @@ def test_distill_replay_command_and_defaults():
     assert r.command_line() == "specdec distill -c smollm2 --minutes 1.5 --seed 2 --steps 40 --prompts 100"
     assert r.out_path("smollm2").name == "smollm2-features"
     items, source = r.items()
-    assert items and source.startswith("specdec_cli.training.trainprompts (")
+    assert items and source.startswith("specdec_cli.training.trainprompts (") and "wrote" not in source
+    own = DistillRequest(card="smollm2", steps=40, self_prompts=512)
+    assert own.command_line() == "specdec distill -c smollm2 --minutes 30 --seed 0 --steps 40 --self-prompts 512"
+    assert own.items()[1].endswith(" templated prompts) and 512 the target wrote (--self-prompts)")

@@ -334,14 +334,14 @@ class DistillReport:
     """Renders distill's progress: a Rich bar per phase on a terminal, else one line per
     held-out measurement (logs)."""
 
-    PHASES = {"data": "generating data", "teacher": "teacher pass", "train": "training", "done": "training"}
+    PHASES = {"prompts": "writing prompts", "data": "generating data", "teacher": "teacher pass", "train": "training", "done": "training"}
 
     def __init__(self, bar, console: Console):
         self.bar, self.console, self.tasks, self.last = bar, console, {}, None
 
     def __call__(self, p) -> None:
         alpha = " ".join(f"{a:.2f}" for a in p.alpha)
-        info = {"data": f"{p.prompts} prompts · {p.tokens:,} tokens",
+        info = {"prompts": f"{p.prompts} requests", "data": f"{p.prompts} prompts · {p.tokens:,} tokens",
                 "teacher": f"{p.done:.0f}/{p.total:.0f} sequences"}.get(
             p.phase, f"step {p.step} · loss {'–' if p.loss is None else f'{p.loss:.3f}'} · α {alpha} · "
                      f"{p.tokens:,} tokens seen")

@@ -268,6 +268,7 @@ class DistillRequest:
     steps: int | None = None
     prompts: int | None = None
     taps: str | None = None  # "3,15,-1": the target's hidden states the draft reads (None: the final one alone)
+    self_prompts: int = 0  # requests the target writes itself, beside the training prompts
 
     def __post_init__(self):
         if not (isinstance(self.minutes, (int, float)) and math.isfinite(self.minutes) and self.minutes > 0):
@@ -276,6 +277,7 @@ class DistillRequest:
         for option, value in (("--steps", self.steps), ("--prompts", self.prompts)):
             if value is not None:
                 check("command line", option, value, _int(1, 10**9))
+        check("command line", "--self-prompts", self.self_prompts, _int(0, 10**6))
         self.tap_list()
 
     def tap_list(self) -> tuple[int, ...] | None:
@@ -299,13 +301,15 @@ class DistillRequest:
     def items(self) -> tuple[list[Prompt], str]:
         """The training prompts and where they came from (recorded in the card)."""
         if self.prompts_file:
-            return prompts_file_items(self.prompts_file), self.prompts_file
-        items = training_prompts()
-        return items, f"specdec_cli.training.trainprompts ({len(items)} templated prompts)"
+            items, source = prompts_file_items(self.prompts_file), self.prompts_file
+        else:
+            items = training_prompts()
+            source = f"specdec_cli.training.trainprompts ({len(items)} templated prompts)"
+        return items, source + (f" and {self.self_prompts} the target wrote (--self-prompts)" if self.self_prompts else "")
 
     def command_line(self) -> str:
         """The command that replays this run (written into the card)."""
         return f"specdec distill -c {self.card} --minutes {self.minutes:g} --seed {self.seed}" + (
             f" --prompts-file {self.prompts_file}" if self.prompts_file else "") + (
             f" --steps {self.steps}" if self.steps else "") + (f" --prompts {self.prompts}" if self.prompts else "") + (
-            f" --taps={self.taps}" if self.taps else "")
+            f" --taps={self.taps}" if self.taps else "") + (f" --self-prompts {self.self_prompts}" if self.self_prompts else "")

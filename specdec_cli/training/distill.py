@@ -43,7 +43,8 @@ from specdec_cli.errors import SpecdecError
 from specdec_cli.files import write_atomic, write_text_atomic
 from specdec_cli.cards.prompts import Prompt
 from specdec_cli.loop.schedule import expected_tokens
-from specdec_cli.training.traindata import Batcher, Sequence, draft_vocab, make_data, order_prompts
+from specdec_cli.training.selfprompts import self_prompts
+from specdec_cli.training.traindata import Batcher, Sequence, draft_vocab, make_data, order_prompts, spread
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Settings:
     seed: int = 0
     steps: int | None = None  # train exactly this many steps (replays a run; the clock is ignored)
     prompts: int | None = None  # use exactly this many training prompts (replays a run's data)
+    self_prompts: int = 0  # requests the target writes itself (selfprompts.py), spread among the given prompts
     data_share: float = 0.5  # of the budget, at most, for generating data (the draft is data-limited on a CPU)
     max_new_tokens: int = 128  # continuation length per prompt (EOS ends one sooner)
     gen_batch: int = 64  # prompts per generate call (larger batches generate faster: docs/distill.md)
@@ -76,7 +78,7 @@ class Settings:
 class Progress:
     """What the trainer reports (rendering is the caller's)."""
 
-    phase: str  # data | train | done
+    phase: str  # prompts | data | train | done
     done: float  # units of `total` done
     total: float
     prompts: int = 0
@@ -221,7 +223,9 @@ def distill(pair, prompts: list[Prompt], s: Settings, out: Path, command: str, s
     def made(done: float, total: float, trained_on: int, tokens: int) -> None:  # the data phase's progress
         report(Progress("data", done, total, trained_on, tokens))
 
-    seqs = make_data(pair, order_prompts(prompts, s.seed), s.heldout, s.prompts, s.gen_batch, s.max_new_tokens, fp,
+    own = self_prompts(pair, s.self_prompts, s.seed, s.gen_batch,
+                       report=lambda done, total: report(Progress("prompts", done, total, done))) if s.self_prompts else []
+    seqs = make_data(pair, spread(order_prompts(prompts, s.seed), order_prompts(own, s.seed)), s.heldout, s.prompts, s.gen_batch, s.max_new_tokens, fp,
                      begun + s.data_share * s.minutes * 60, made, s.taps)
     meta = {"target": pair.card.target, "card": pair.card.name, "fingerprint": fp, "command": command,
             "prompts_source": source, "seed": s.seed, "settings": asdict(s)}

@@ -46,6 +46,8 @@ class Sequence:
 def order_prompts(prompts: list[Prompt], seed: int) -> list[Prompt]:
     """Shuffle within each category, then interleave the categories: any prefix is balanced."""
     rng, groups = random.Random(seed), {}
+    if not prompts:
+        return []
     for p in prompts:
         groups.setdefault(p.category, []).append(p)
     for group in groups.values():
@@ -54,6 +56,14 @@ def order_prompts(prompts: list[Prompt], seed: int) -> list[Prompt]:
     for i in range(max(map(len, lists))):
         ordered += [g[i] for g in lists if i < len(g)]
     return ordered
+
+
+def spread(ordered: list[Prompt], extra: list[Prompt]) -> list[Prompt]:
+    """`extra` spread evenly among `ordered` (each keeps its order), so any prefix holds both in
+    proportion; with no extra, `ordered` itself."""
+    keyed = [((i + 0.5) / max(1, len(ordered)), 0, p) for i, p in enumerate(ordered)]
+    keyed += [((i + 0.5) / len(extra), 1, p) for i, p in enumerate(extra)]
+    return [p for *_, p in sorted(keyed, key=lambda k: k[:2])]
 
 
 def _to_host(t: torch.Tensor) -> torch.Tensor:
@@ -133,8 +143,8 @@ def make_data(pair, prompts: list[Prompt], heldout: int, wanted: int | None, gen
     """Held-out prompts first (`heldout`, at most a fifth of them), then training prompts, batch
     by batch (`gen_batch` prompts a `generate` call) until the prompts run out, `wanted`
     training prompts are done, or the deadline passes (whole batches only; with `wanted` given
-    the clock is ignored). Each batch is cached in the user cache (keyed by target, prompts and
-    length, and the taps beyond the final one): a rerun reuses it, and a batch cached for the final
+    the clock is ignored). Each batch is cached in the user cache (keyed by target, its dtype (the
+    answers are its greedy ones in it), prompts and length, and the taps beyond the final one): a rerun reuses it, and a batch cached for the final
     tap alone is re-tapped (retap) rather than generated again."""
     held = min(heldout, max(1, len(prompts) // 5))
     want = len(prompts) - held if wanted is None else min(wanted, len(prompts) - held)
@@ -165,7 +175,8 @@ def _cached(pair, batch: list[list[int]], room: int, fingerprint: str, taps: tup
     """One batch's sequences with their taps: from the cache, re-tapped from the final tap's
     cached batch, or generated; whatever was made is cached (make_data)."""
     def path(taps):
-        key = [CACHE_FORMAT, fingerprint, room, batch] + ([list(taps)] if taps != ONLY_FINAL else [])
+        key = [CACHE_FORMAT, fingerprint, str(pair.target.model.dtype), room, batch]
+        key += [list(taps)] if taps != ONLY_FINAL else []
         return cache_dir("distill", fingerprint[:16]) / f"{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32]}.safetensors"
 
     cached = path(taps)

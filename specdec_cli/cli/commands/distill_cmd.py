@@ -33,6 +33,9 @@ def distill(
                                        "(-1: the final one), fused as EAGLE-3 fuses low, middle and final layers, e.g. "
                                        "3,15,-1. Default: -1, the final one alone (EAGLE-1; on SmolLM2 the fused "
                                        "layers measured no better: docs/distill.md)."),
+    self_prompts: int = typer.Option(0, "--self-prompts", help="Also train on N requests the target writes itself "
+                                     "(sampled from its chat template's user turn, as Magpie does; seeded, cached), "
+                                     "spread among the training prompts."),
 ):
     """Train a features draft (EAGLE-style) for a card's target on this machine, by
     self-distillation: the target's own greedy answers to training prompts, then one small
@@ -49,12 +52,13 @@ def distill(
     from specdec_cli.training.distill import Settings, check_out, distill as run  # imports torch: only when the command runs
 
     request = DistillRequest(card=card, prompts_file=prompts_file, minutes=minutes, out_dir=out_dir, seed=seed,
-                             steps=steps, prompts=prompts, taps=taps)
+                             steps=steps, prompts=prompts, taps=taps, self_prompts=self_prompts)
     out_path = request.out_path(load_card(card).name)
     check_out(out_path)  # an unwritable folder fails now, not after the data is made
     items, source = request.items()
     pair = load(card)
-    settings = Settings(minutes=minutes, seed=seed, steps=steps, prompts=prompts, taps=request.tap_list() or ONLY_FINAL)
+    settings = Settings(minutes=minutes, seed=seed, steps=steps, prompts=prompts, taps=request.tap_list() or ONLY_FINAL,
+                        self_prompts=self_prompts)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeRemainingColumn(), console=err, disable=not err.is_terminal) as bar:
         result = run(pair, items, settings, out_path, request.command_line(), source, DistillReport(bar, err))
