@@ -334,7 +334,8 @@ class DistillReport:
     """Renders distill's progress: a Rich bar per phase on a terminal, else one line per
     held-out measurement (logs)."""
 
-    PHASES = {"prompts": "writing prompts", "data": "generating data", "teacher": "teacher pass", "train": "training", "done": "training"}
+    PHASES = {"prompts": "writing prompts", "data": "generating data", "teacher": "teacher pass", "train": "training",
+              "done": "training"}
 
     def __init__(self, bar, console: Console):
         self.bar, self.console, self.tasks, self.last = bar, console, {}, None
