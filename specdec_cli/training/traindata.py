@@ -46,14 +46,12 @@ class Sequence:
 def order_prompts(prompts: list[Prompt], seed: int) -> list[Prompt]:
     """Shuffle within each category, then interleave the categories: any prefix is balanced."""
     rng, groups = random.Random(seed), {}
-    if not prompts:
-        return []
     for p in prompts:
         groups.setdefault(p.category, []).append(p)
     for group in groups.values():
         rng.shuffle(group)
     ordered, lists = [], list(groups.values())
-    for i in range(max(map(len, lists))):
+    for i in range(max(map(len, lists), default=0)):
         ordered += [g[i] for g in lists if i < len(g)]
     return ordered
 
@@ -61,7 +59,7 @@ def order_prompts(prompts: list[Prompt], seed: int) -> list[Prompt]:
 def spread(ordered: list[Prompt], extra: list[Prompt]) -> list[Prompt]:
     """`extra` spread evenly among `ordered` (each keeps its order), so any prefix holds both in
     proportion; with no extra, `ordered` itself."""
-    keyed = [((i + 0.5) / max(1, len(ordered)), 0, p) for i, p in enumerate(ordered)]
+    keyed = [((i + 0.5) / len(ordered), 0, p) for i, p in enumerate(ordered)]
     keyed += [((i + 0.5) / len(extra), 1, p) for i, p in enumerate(extra)]
     return [p for *_, p in sorted(keyed, key=lambda k: k[:2])]
 
@@ -144,8 +142,9 @@ def make_data(pair, prompts: list[Prompt], heldout: int, wanted: int | None, gen
     by batch (`gen_batch` prompts a `generate` call) until the prompts run out, `wanted`
     training prompts are done, or the deadline passes (whole batches only; with `wanted` given
     the clock is ignored). Each batch is cached in the user cache (keyed by target, its dtype (the
-    answers are its greedy ones in it), prompts and length, and the taps beyond the final one): a rerun reuses it, and a batch cached for the final
-    tap alone is re-tapped (retap) rather than generated again."""
+    answers are its greedy ones in it), prompts and length, and the taps beyond the final one): a
+    rerun reuses it, and a batch cached for the final tap alone is re-tapped (retap) rather than
+    generated again."""
     held = min(heldout, max(1, len(prompts) // 5))
     want = len(prompts) - held if wanted is None else min(wanted, len(prompts) - held)
     if want < 1:
