@@ -56,14 +56,15 @@ def grouped_mask(mask: torch.Tensor, g: int) -> torch.Tensor:
 class Detours:
     """One forward's detours, prepared once for all its layers (each layer's K/V differ, the
     columns and masks do not): the rows and slots, the columns each slot's chain layout takes from
-    elsewhere in its row (`moved`: which detour, `chain` <- `path`), and what each slot sees
-    there (grouped as grouped_sdpa's queries)."""
+    elsewhere in its row (`moved`: which detour, `chain` <- `path` of row `source`), and what each
+    slot sees there (grouped as grouped_sdpa's queries)."""
 
     rows: torch.Tensor  # [n]
     slots: torch.Tensor  # [n]
     moved: torch.Tensor  # [m] the detour each moved column belongs to
     chain: torch.Tensor  # [m] the column it goes to
     path: torch.Tensor  # [m] the column of the row's K/V it comes from
+    source: torch.Tensor  # [m] that row (rows[moved])
     mask: torch.Tensor  # [n, 1, G*S, width]
     g: int
 
@@ -72,10 +73,10 @@ class Detours:
         device = detours[0].path.device
         column = torch.arange(width, device=device)
         seen = torch.stack([column <= t.last for t in detours])[:, None, None, :].expand(-1, 1, queries, -1)
+        rows = torch.tensor([t.row for t in detours], device=device)
         moved = torch.cat([torch.full_like(t.path, i) for i, t in enumerate(detours)])
-        return cls(torch.tensor([t.row for t in detours], device=device),
-                   torch.tensor([t.slot for t in detours], device=device), moved,
-                   torch.cat([t.chain for t in detours]), torch.cat([t.path for t in detours]),
+        return cls(rows, torch.tensor([t.slot for t in detours], device=device), moved,
+                   torch.cat([t.chain for t in detours]), torch.cat([t.path for t in detours]), rows[moved],
                    grouped_mask(seen, g), g)
 
     def apply(self, out, query, key, value, dropout, scaling) -> torch.Tensor:
@@ -83,8 +84,8 @@ class Detours:
         copy of its row's K/V (one contiguous copy; a gather by column was 4-18x slower) with
         its path's columns moved into place."""
         keys, values = key.index_select(0, self.rows), value.index_select(0, self.rows)  # [n, KV, width, D]
-        keys[self.moved, :, self.chain] = key[self.rows[self.moved], :, self.path]
-        values[self.moved, :, self.chain] = value[self.rows[self.moved], :, self.path]
+        keys[self.moved, :, self.chain] = key[self.source, :, self.path]
+        values[self.moved, :, self.chain] = value[self.source, :, self.path]
         again = grouped_sdpa(query[self.rows], keys, values, self.mask, self.g, dropout, scaling)  # [n, H, S, D]
         out = out.clone()
         out[self.rows, :, self.slots] = again[torch.arange(len(self.rows)), :, self.slots]
