@@ -24,7 +24,7 @@ from specdec_cli.loop.tree import check
 from specdec_cli.training import distill as D
 from specdec_cli.drafts import features_block as features
 from specdec_cli.cards.card import DraftSpec, load_card
-from specdec_cli.loop.decoding import greedy_decode, speculative_decode
+from specdec_cli.loop.decoding import decode_rows, greedy_decode, speculative_decode
 from specdec_cli.drafts import FeatureDraft
 from specdec_cli.pair.loading import build_draft, load_pair
 from specdec_cli.cards.prompts import SUITE, Prompt
@@ -284,6 +284,34 @@ def test_trained_draft_keeps_speculative_equal_to_greedy(trained):
             assert spec.tokens == greedy, (text, k)
             accepted += spec.stats.accepted
     assert accepted > 100  # and it is not exact by proposing nothing
+
+
+@pytest.mark.parametrize("width", [None, 9], ids=["free", "pinned"])
+def test_rows_of_a_batch_each_draft_from_their_own_hidden_states_and_equal_greedy(trained, width):
+    """--batch N with a features draft: each row's fork drafts from the hidden states of its own
+    row of the verify (rows of different lengths, entering as others finish), and every row is
+    that prompt's greedy output; the head's proposals are accepted as they are at batch 1."""
+    pair, outcome, _ = trained
+    texts = ["the cat sat", "big red dog ran on a mat", "x", "zebra quantum", "a mat", "red hat"]
+    prompts = [pair.tokenizer.encode(t) for t in texts]
+    draft = draft_of(pair, outcome)
+    alone = [speculative_decode(pair.target, draft, p, 8, 40, NO_EOS, width=width) for p in prompts]
+    rows = dict(decode_rows(pair.target, draft, prompts, 8, 40, NO_EOS, batch=3, width=width))
+    assert [rows[i].tokens for i in range(len(prompts))] == [a.tokens for a in alone] == \
+        [greedy_decode(pair.target, p, 40, NO_EOS, width=width).tokens for p in prompts]
+    accepted = sum(rows[i].stats.accepted for i in rows)
+    assert accepted > 100 and accepted >= 0.9 * sum(a.stats.accepted for a in alone)
+
+
+def test_generate_batch_with_a_features_draft(run, trained, tmp_path):
+    _, outcome, _ = trained
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": t, "prompt": t}) + "\n" for t in ["the cat sat", "x", "a big mat"]))
+    r = run("generate", "-c", outcome.card, "--prompts-file", prompts, "--batch", "2", "-n", "24", "--json")
+    assert r.exit_code == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [line["id"] for line in lines[:3]] == ["the cat sat", "x", "a big mat"]
+    assert all(line["identical"] for line in lines[:3]) and sum(line["spec"]["metrics"]["accepted"] for line in lines[:3]) > 0
 
 
 def test_a_tree_node_drafts_as_the_chain_through_it_would(trained):

@@ -139,17 +139,3 @@ def test_a_built_in_kind_declares_what_its_draft_does(kind):
     assert not (cls.free and cls.runs_model)
     assert kind.target in (None, "toy", "transformers")
     assert all(isinstance(f.default, (type(None), int, float, str)) for f in kind.fields)
-
-
-def test_a_kind_that_cannot_batch_is_refused_before_loading(run, tmp_path, monkeypatch):
-    """`batches` is declared, so --batch N is refused from the card alone, before any load."""
-    import specdec_cli.pair.loading as pair_mod
-    import specdec_cli.pair.targets as targets
-
-    for module in (pair_mod, targets):
-        monkeypatch.setattr(module, "load", lambda *a, **kw: (_ for _ in ()).throw(AssertionError("loaded a model")))
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text('{"id": "a", "prompt": "ba"}\n{"id": "b", "prompt": "be"}\n')
-    assert not kinds.get("features").draft.batches
-    assert_one_error(run("generate", "-c", "smollm2-distilled", "--prompts-file", prompts, "--batch", "2"),
-                     "--batch: a features draft decodes one row at a time; use --batch 1")

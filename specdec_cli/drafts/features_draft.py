@@ -55,7 +55,6 @@ class FeatureDraft(Draft):
 
     runs_model = True  # step_seconds: one block call and the head
     samples = True  # propose_sampled draws from its own warped distribution
-    batches = False  # it reads the target's batch-1 hidden states
     trees = True  # propose_tree: a tree grown by cumulative draft probability (EAGLE-2)
     BEAM = 4  # a tree's nodes expanded per depth, and children ranked per expanded node
 

@@ -348,7 +348,7 @@ def cache_for(target, card_name: str = "the target", rows: int = 1, width: int |
     """The loop's cache for `target`: KVCache for a transformers model, SerialCache otherwise (and
     for a transformers model KVCache cannot hold, one request at a time in free shapes: its own
     cache, rolled back with crop). `width` W pins every forward to [rows, W] over `capacity`
-    columns (None: free shapes); `features`: the draft reads the target's hidden states (batch 1)."""
+    columns (None: free shapes); `features`: the draft reads the target's hidden states (each row its own)."""
     from specdec_cli.engine.models import HFLM
 
     if not isinstance(target, HFLM):
@@ -358,6 +358,4 @@ def cache_for(target, card_name: str = "the target", rows: int = 1, width: int |
         return SerialCache(target, width)
     if problem and rows > 1:
         raise SpecdecError(f"--batch: {card_name}: {problem}; use --batch 1")
-    if features and rows > 1:
-        raise SpecdecError("--batch: a features draft reads the target's batch-1 hidden states; use --batch 1")
     return KVCache(target, card_name, rows, width, capacity)

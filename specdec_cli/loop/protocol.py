@@ -22,13 +22,12 @@ gives each capability its default, and a draft overrides the ones it has.
                      (`propose_sampled`); otherwise its proposal is deterministic (q one-hot)
     needs_reference  it reads the target's greedy output for the prompt (synthetic): a greedy
                      run of the same prompt must come first
-    batches          it can run as one row of a batch (`--batch N`, forked per row)
     fills            when it finds nothing to propose it can still offer one token (`filler`),
                      which the cost schedule verifies when a 2-token verify is cheap
     window           its own context window in tokens (None: it has no limit of its own)
     reads_features   the target's hidden states it drafts from, as taps (engine/taps.py; () none):
                      the loop asks the target's forwards for them and hands them over in begin
-                     and update (batch 1)
+                     and update (each row of a batch its own)
     trees            it can propose a token tree, `propose_tree(tokens, k) -> (tokens [d],
                      parents)` with d <= k (loop/tree.py: each token's parent slot, the most
                      likely chain first), deterministic at any temperature; the loop asks for
@@ -61,7 +60,6 @@ class Draft:
     runs_model = False
     samples = False
     needs_reference = False
-    batches = True
     fills = False
     window: int | None = None
     reads_features: tuple[int, ...] = ()

@@ -287,11 +287,10 @@ def check_prompts(pair: Pair, prompts: list, max_tokens: int, drafts: tuple = ()
             raise SpecdecError(f"prompt '{prompt.id}': {e}") from None
 
 
-def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = (), batch: int = 1) -> ModelRef:
+def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = ()) -> ModelRef:
     """Everything about a card and its drafts that can be checked without loading a model
     (loads take seconds to minutes): model references resolve, files exist and are what they
-    claim, each draft kind fits the target (and, at `batch` > 1, runs in a batch). Returns
-    the target's reference."""
+    claim, each draft kind fits the target. Returns the target's reference."""
     from specdec_cli.cards.fetch import require_fetched
 
     require_fetched(card, drafts)  # a model not fetched yet: the command that fetches it, and its size
@@ -303,8 +302,6 @@ def check_before_load(card: Card, drafts: tuple[DraftSpec, ...] = (), batch: int
         if kind.target == "transformers" and target.kind == "toy":
             raise SpecdecError(f"{card.path}: draft.kind: '{spec.kind}' needs a transformers target, got '{card.target}'")
         kind.before_load(spec, card, target)
-        if batch > 1 and not kind.draft.batches:
-            raise SpecdecError(f"--batch: a {spec.kind} draft decodes one row at a time; use --batch 1")
     return target
 
 

@@ -15,13 +15,12 @@ from specdec_cli.cli.guard import err
 out = Console(soft_wrap=True)  # data (text, JSON) only; everything else goes to `err` (stderr)
 
 
-def load(card_name: str, drafts: tuple = (), remeasure: bool = False, batch: int = 1, **overrides):
-    """The card (with command-line overrides) loaded into a Pair, with a status line on stderr;
-    `batch`: the rows the command will decode together (checked against the drafts first)."""
+def load(card_name: str, drafts: tuple = (), remeasure: bool = False, **overrides):
+    """The card (with command-line overrides) loaded into a Pair, with a status line on stderr."""
     from specdec_cli.pair.loading import check_before_load, load_pair  # pair imports torch: only when a command runs
 
     card = override(load_card(card_name), **overrides)
-    check_before_load(card, tuple(drafts), batch)  # fail in milliseconds, not after a long load
+    check_before_load(card, tuple(drafts))  # fail in milliseconds, not after a long load
     if card.trust_remote_code:
         repos = dict.fromkeys([card.target] + [ref for _, ref in card.draft.models()])
         err.print(f"Warning: card {card.name} sets trust_remote_code: true: Python code shipped with "

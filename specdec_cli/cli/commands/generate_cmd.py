@@ -69,7 +69,7 @@ def generate(
         json_out.start(True, command="generate", card=card)  # a prompts file always gives JSON lines
     else:
         json_out.start(as_json, single=True, command="generate", card=card, prompt=prompt)
-    pair = load(card, batch=batch_size, k=k, max_tokens=max_tokens, device=device, dtype=dtype, quantize=quantize, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree, temperature=temperature,
+    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype, quantize=quantize, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree, temperature=temperature,
                 top_k=top_k, top_p=top_p, seed=seed, schedule=schedule, remeasure=remeasure)
     c = pair.card
     if batch is not None:

@@ -75,7 +75,7 @@ def verify_exactness(
                             samples=samples, positions=positions, alpha=alpha, bitwise=bitwise, batch=batch_size)
     items, k_list = request.items(), request.k_list
     json_out.start(as_json, command="verify-exactness", card=card)
-    pair = load(card, drafts=request.specs, batch=batch_size, max_tokens=max_tokens, device=device, dtype=dtype, quantize=quantize, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree,
+    pair = load(card, drafts=request.specs, max_tokens=max_tokens, device=device, dtype=dtype, quantize=quantize, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree,
                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     draft_list = [build_draft(s, pair) for s in request.specs] or [pair.draft]
     if not pair.sampling.greedy:
