@@ -162,21 +162,25 @@ def choose_forms(target, widths: int, context: list[int]) -> tuple[list[int], li
     as it was (profile() switches the choice on). Returns (weight-major widths, or the packed
     world's W @ xᵀ LM head widths; packed widths: all or none); ([], []) for a
     target without the switch (a GPU, a toy). matmuls all / packed: every width in that form,
-    untimed (an exactness audit)."""
+    untimed (an exactness audit). Once the weights are prepacked alone (a cached profile chose
+    them, then was found measured while busy), only the LM head's form is timed."""
     switch = getattr(target, "forms", None)
     if switch is None:
         return [], []
     every = list(range(1, widths + 1))
-    if switch.whole or switch.mode in ("all", "packed"):
+    if switch.mode in ("all", "packed"):
         return (every, []) if switch.mode == "all" else ([], every)
-    offered = FORMS if times_packed(target) else FORMS[:2]
+    offered = FORMS[2:] if switch.whole else FORMS if times_packed(target) else FORMS[:2]
     jobs = [(target, n, form) for n in every for form in offered]
     seconds = dict(zip([(n, form) for _, n, form in jobs], forward_seconds(jobs, context)))
+    packed = {n: "packed_head" if seconds[n, "packed_head"] < 0.97 * seconds[n, "packed"] else "packed"
+              for n in every} if "packed" in offered else {}
+    head = [n for n in every if packed.get(n) == "packed_head"]
+    if switch.whole:  # the plain weights are gone (pack_all, as a cached profile chose): the head's form is left
+        return head, every
     plain = {n: "weight_major" if seconds[n, "weight_major"] < 0.97 * seconds[n, "linear"] else "linear" for n in every}
-    if "packed" in offered:
-        packed = {n: "packed_head" if seconds[n, "packed_head"] < 0.97 * seconds[n, "packed"] else "packed" for n in every}
-        if packed_world(seconds, plain, packed):
-            return [n for n in every if packed[n] == "packed_head"], every
+    if packed and packed_world(seconds, plain, packed):
+        return head, every
     switch.unpack()  # copies made while timing, not chosen
     return [n for n in every if plain[n] == "weight_major"], []
 
@@ -310,10 +314,14 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     key = model_key(target, ref, revision)
     widths = max(widths, MIN_WIDTHS)
     found = None if remeasure else read(key)
-    if found is not None and (found.busy or measured_while_busy(target, found)):  # busy: cached by an older rule
+    if found is not None and (found.busy or found.widths < widths):  # busy: cached by an older rule
         found = None
+    if found is not None:
+        switch_forms(target, found)  # a step now is timed in the forms it was measured in
+        if measured_while_busy(target, found):
+            found = None
     start = time.perf_counter()
-    if found is None or found.widths < widths:
+    if found is None:
         contexts, verify, (major, packed), prefills, spreads = measure_target(target, widths)
         found = CostProfile(key, contexts, verify, {}, weight_major=major, packed=packed, prefill_s=prefills,
                             spread=spreads)
@@ -322,8 +330,7 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
             middle = max(statistics.median(row) for row in spreads if row)
             _warn(f"the machine looked busy while measuring the cost profile (each width's timings spread "
                   f"{middle:.0%} at the median); using it for this run only, not caching it: measure on a quiet machine")
-    if getattr(target, "forms", None) is not None:  # the one decision: the forms the curve was measured with...
-        target.forms.use(found.weight_major, found.packed)
+    switch_forms(target, found)  # the one decision: the forms the curve was measured with...
     if getattr(target, "pads", False):  # ...and the widths its free one-row forwards run at
         target.pad({int(n): w for n, w in found.padded.items()})
     missing = {label: d for label, d in drafts.items() if label not in found.draft_s}
@@ -336,6 +343,12 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     found.measured_s += time.perf_counter() - start
     save(found)
     return found
+
+
+def switch_forms(target, found: CostProfile) -> None:
+    """The target's one-row forwards switched to the matmul forms `found` was measured with."""
+    if getattr(target, "forms", None) is not None:
+        target.forms.use(found.weight_major, found.packed)
 
 
 def with_batch(found: CostProfile, rows: int,
@@ -358,8 +371,8 @@ def save(found: CostProfile) -> None:
 
 def measured_while_busy(target, found: CostProfile) -> bool:
     """A quick check of a cached profile against this machine now (3 one-token steps after the
-    short context): a step now much faster than the cached one means the profile was measured
-    while something else ran, so it is measured again (one warning). A step now much slower
+    short context, in the forms it chose): a step now much faster than the cached one means the
+    profile was measured while something else ran, so it is measured again (one warning). A step now much slower
     means the machine is busy now: said once, and the profile kept. Not for a compiled target:
     its one-token step is a graph of its own, which a pinned run never takes (5 s to read back
     from inductor's cache in every process, 20 s and more to compile on a machine's first run)."""
