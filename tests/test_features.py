@@ -286,8 +286,9 @@ def test_trained_draft_keeps_speculative_equal_to_greedy(trained):
     assert accepted > 100  # and it is not exact by proposing nothing
 
 
-@pytest.mark.parametrize("width", [None, 9], ids=["free", "pinned"])
-def test_rows_of_a_batch_each_draft_from_their_own_hidden_states_and_equal_greedy(trained, width):
+@pytest.mark.parametrize("width, trees", [(None, False), (9, False), (None, True), (9, True)],
+                         ids=["free", "pinned", "free-trees", "pinned-trees"])
+def test_rows_of_a_batch_each_draft_from_their_own_hidden_states_and_equal_greedy(trained, width, trees):
     """--batch N with a features draft: each row's fork drafts from the hidden states of its own
     row of the verify (rows of different lengths, entering as others finish), and every row is
     that prompt's greedy output; the head's proposals are accepted as they are at batch 1."""
@@ -295,8 +296,8 @@ def test_rows_of_a_batch_each_draft_from_their_own_hidden_states_and_equal_greed
     texts = ["the cat sat", "big red dog ran on a mat", "x", "zebra quantum", "a mat", "red hat"]
     prompts = [pair.tokenizer.encode(t) for t in texts]
     draft = draft_of(pair, outcome)
-    alone = [speculative_decode(pair.target, draft, p, 8, 40, NO_EOS, width=width) for p in prompts]
-    rows = dict(decode_rows(pair.target, draft, prompts, 8, 40, NO_EOS, batch=3, width=width))
+    alone = [speculative_decode(pair.target, draft, p, 8, 40, NO_EOS, width=width, trees=trees) for p in prompts]
+    rows = dict(decode_rows(pair.target, draft, prompts, 8, 40, NO_EOS, batch=3, width=width, trees=trees))
     assert [rows[i].tokens for i in range(len(prompts))] == [a.tokens for a in alone] == \
         [greedy_decode(pair.target, p, 40, NO_EOS, width=width).tokens for p in prompts]
     accepted = sum(rows[i].stats.accepted for i in rows)

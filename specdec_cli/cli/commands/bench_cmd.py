@@ -94,7 +94,7 @@ def bench(
     """
     request = BenchRequest(k=k, agree_sweep=agree_sweep, k_sweep=k_sweep, repeats=repeats, limit=limit,
                            prompts_file=prompts_file, seed=seed, draft_cost=draft_cost, vs_transformers=vs_transformers,
-                           plot=plot, csv=csv_file, temperature=temperature, top_k=top_k, top_p=top_p)
+                           plot=plot, csv=csv_file, batch=batch_size, temperature=temperature, top_k=top_k, top_p=top_p)
     items = request.items()
     json_out.start(as_json, command="bench", card=card)  # Ctrl-C: the rows so far + an incomplete marker
     from specdec_cli.eval import bench as measure, peers  # both load torch: only when the command runs
@@ -103,7 +103,7 @@ def bench(
     if vs_transformers:
         peers.check_peer(load_card(card))  # before minutes of loading
     sampled = request.check_card(load_card(card))  # checked before the long load
-    pair = load(card, batch=batch_size, k=k, max_tokens=max_tokens, device=device, dtype=dtype, quantize=quantize, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree, **request.sampling)
+    pair = load(card, k=k, max_tokens=max_tokens, device=device, dtype=dtype, quantize=quantize, shapes=shapes, matmuls=matmuls, compile=compile, tree=tree, **request.sampling)
 
     c = pair.card
     peer = peers.transformers_peer(pair, c.k) if vs_transformers else None
