@@ -387,6 +387,27 @@ def test_pinned_trees_on_smollm2_need_their_detours(smollm2_bf16, one_thread, mo
     assert not all(check(t) for t in texts)
 
 
+def test_the_shipped_head_drafts_tree_rows_of_a_batch_bitwise_their_greedy_outputs(tmp_path_factory, converted_store,
+                                                                                     one_thread):
+    """smollm2-distilled (its trained head and its lookup) in bfloat16, pinned W = 5, trees, three
+    prompts two rows at a time, each row drafting from its own hidden states: every row is its
+    plain pinned greedy output bitwise, tokens and logits, and the head's trees are accepted."""
+    from specdec_cli.cards.card import load_card, override
+    from specdec_cli.pair.loading import load_pair
+    from tests.conftest import own_cache
+
+    with own_cache(tmp_path_factory, converted_store):
+        pair = load_pair(override(load_card("smollm2-distilled"), dtype="bfloat16", shapes="pinned", schedule="fixed"))
+    texts = ["Explain what a hash table is.", "Write a haiku about autumn rain.", "How do I reverse a list in Python?"]
+    prompts = [pair.encode(t, 24) for t in texts]
+    expected = [greedy_decode(pair.target, p, 24, frozenset(), width=5, trace=True) for p in prompts]
+    got = dict(decode_rows(pair.target, pair.draft, prompts, 4, 24, frozenset(), batch=2, width=5, trace=True,
+                           trees=True))
+    for i, greedy in enumerate(expected):
+        assert got[i].tokens == greedy.tokens and logit_bits(got[i]) == logit_bits(greedy), texts[i]
+    assert sum(got[i].stats.accepted for i in got) >= 20
+
+
 def test_bench_sets_the_tree_beside_the_chain(run, write_card, one_thread):
     """A card that asks for trees gets its draft benched both ways: a chain row and a tree row per
     category, each identical to greedy, with tokens per round for each."""
