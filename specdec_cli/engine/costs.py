@@ -314,7 +314,7 @@ def profile(target, ref: str, revision: str | None, drafts: dict, widths: int = 
     key = model_key(target, ref, revision)
     widths = max(widths, MIN_WIDTHS)
     found = None if remeasure else read(key)
-    if found is not None and (found.busy or found.widths < widths):  # busy: cached by an older rule
+    if found is not None and (found.busy or found.widths < widths):  # busy: cached by an older rule; narrow: measured again
         found = None
     if found is not None:
         switch_forms(target, found)  # a step now is timed in the forms it was measured in
