@@ -372,8 +372,8 @@ def save(found: CostProfile) -> None:
 def measured_while_busy(target, found: CostProfile) -> bool:
     """A quick check of a cached profile against this machine now (3 one-token steps after the
     short context, in the forms it chose): a step now much faster than the cached one means the
-    profile was measured while something else ran, so it is measured again (one warning). A step now much slower
-    means the machine is busy now: said once, and the profile kept. Not for a compiled target:
+    profile was measured while something else ran, so it is measured again (one warning). A step
+    now much slower means the machine is busy now: said once, and the profile kept. Not for a compiled target:
     its one-token step is a graph of its own, which a pinned run never takes (5 s to read back
     from inductor's cache in every process, 20 s and more to compile on a machine's first run)."""
     if found.step_s < CHECKED_STEP_S or not found.timed or getattr(target, "compiled", False):

@@ -344,11 +344,11 @@ def unsupported(lm) -> str | None:
 
 
 def cache_for(target, card_name: str = "the target", rows: int = 1, width: int | None = None,
-              capacity: int | None = None, features: tuple[int, ...] = ()):
+              capacity: int | None = None):
     """The loop's cache for `target`: KVCache for a transformers model, SerialCache otherwise (and
     for a transformers model KVCache cannot hold, one request at a time in free shapes: its own
     cache, rolled back with crop). `width` W pins every forward to [rows, W] over `capacity`
-    columns (None: free shapes); `features`: the draft reads the target's hidden states (each row its own)."""
+    columns (None: free shapes)."""
     from specdec_cli.engine.models import HFLM
 
     if not isinstance(target, HFLM):

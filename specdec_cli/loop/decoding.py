@@ -197,7 +197,7 @@ def decode_rows(target, draft, prompts: list[list[int]], k: int, max_tokens: int
     width = width if width is None else max(width, k + 1)
     capacity = capacity_for(target, max(map(len, prompts), default=1) + max_tokens + (width or 0))
     features = draft.reads_features  # the taps the draft drafts from (() none): each row gets its own
-    cache = cache_for(target, card_name, batch, width, capacity, features)
+    cache = cache_for(target, card_name, batch, width, capacity)
     cache.warm(range(1, k + 2))  # decoding.compile: new shapes compile now, before any request's clock starts
     timed = batch == 1 and not getattr(target, "replayed", False)  # a replay's forwards cost nothing
     waiting, live = deque(enumerate(prompts)), []
